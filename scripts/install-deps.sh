@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build needs, only when some are missing.
+# Idempotent; safe to run before every make target.
+set -euo pipefail
+packages=(
+  cmake ninja-build g++ pkg-config ccache
+  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
+  libyaml-cpp-dev libsimdjson-dev nlohmann-json3-dev libcli11-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
+  libsqlite3-dev coinor-libclp-dev gnuplot-nox
+  python3-grpcio python3-grpc-tools
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

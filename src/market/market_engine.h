@@ -1,0 +1,116 @@
+// MarketEngine: the LaissezCloud market. Topology, order books and their
+// aggregates, matching, contests with grace and transfer, second-price charging
+// into an append-only ledger, budgets, InfraMaps floors and volatility controls
+// (DESIGN.md §3; the exact rules and our deviations are in docs/MECHANISM.md).
+//
+// Every mutating call takes the engine time `t` of the operation. A call first
+// advances the market to `t` (rule 11; even if the call is then rejected), then
+// applies the operation, then runs matching until the book is not crossed.
+// Rejected calls return a Status naming the field and the reason and change
+// nothing else. Events are queued while the state changes and delivered to the
+// sink only after the state is consistent again (no listener re-enters a
+// half-updated book).
+//
+// Thread-safety: none. One thread owns an engine; the server funnels requests
+// into one writer thread, the simulator drives it from its event loop.
+// The engine never reads a clock and owns no threads, so the same calls give
+// the same events, state and ledger.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+#include "market/types.h"
+#include "topology/topology.h"
+
+namespace laissez::market {
+
+// Receives each operation's events once the engine is consistent.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // Called at the end of every public call that produced events, in order.
+  // Must not call mutating engine methods.
+  virtual void OnEvents(std::span<const Event> events) = 0;
+};
+
+struct EngineOptions {
+  // Emit kPriceChanged for every vertex whose quote changed during a call.
+  bool price_events = false;
+  // Keep every ledger entry (totals are always kept).
+  bool retain_ledger = true;
+};
+
+class MarketEngine {
+ public:
+  explicit MarketEngine(MarketParams params = {}, EngineOptions options = {});
+  ~MarketEngine();
+  MarketEngine(const MarketEngine&) = delete;
+  MarketEngine& operator=(const MarketEngine&) = delete;
+
+  // The sink is not owned; nullptr drops events.
+  void set_sink(EventSink* sink);
+
+  // ---- Time ----
+  // Applies everything due up to `t` in time order (rule 11). OUT_OF_RANGE if t < now().
+  Status Advance(Micros t);
+  Micros now() const;
+  // When the next thing falls due (deadline, hold expiry, clip step, floor change,
+  // exhaustion); kNever if nothing is scheduled.
+  Micros NextEventTime() const;
+
+  // ---- Operator ----
+  Result<NodeId> AddNode(Micros t, const topology::NodeInfo& info);
+  // Removes a free, unreserved node (drain it first). FAILED_PRECONDITION otherwise.
+  Status RemoveNode(Micros t, NodeId node);
+  Status SetParams(Micros t, const MarketParams& params);
+  // Adds an InfraMaps policy (static floor, power cap, carbon, maintenance).
+  Result<PolicyId> AddPolicy(Micros t, const PolicySpec& spec);
+  Status RemovePolicy(Micros t, PolicyId id);
+
+  // ---- Tenants and budgets ----
+  Result<TenantId> CreateTenant(Micros t, std::string name, Money balance, Price max_rate = kInfPrice);
+  Status Deposit(Micros t, TenantId tenant, Money amount);
+  Status SetMaxRate(Micros t, TenantId tenant, Price max_rate);
+
+  // ---- Orders ----
+  Result<OrderId> PlaceOrder(Micros t, TenantId tenant, const OrderSpec& spec);
+  // A new price; raising it gives the order a new sequence number.
+  Status UpdateOrder(Micros t, TenantId tenant, OrderId order, Price price);
+  Status CancelOrder(Micros t, TenantId tenant, OrderId order);
+
+  // ---- Holdings ----
+  Status SetLimit(Micros t, TenantId tenant, NodeId node, Price limit);
+  Status Relinquish(Micros t, TenantId tenant, NodeId node);
+
+  // ---- Queries (no side effects; they read the state as of now()) ----
+  const topology::Topology& topology() const;
+  const MarketParams& params() const;
+  Result<VertexQuote> Quote(VertexId v, bool with_depth = true) const;
+  // Only the holder may read its node's eviction quote (PERMISSION_DENIED otherwise).
+  Result<EvictionQuote> GetEvictionQuote(TenantId tenant, NodeId node) const;
+  Result<NodeView> GetNode(NodeId node) const;
+  Result<OrderView> GetOrder(OrderId order) const;
+  Result<TenantView> GetTenant(TenantId tenant) const;
+  size_t tenant_count() const;
+  Result<TenantId> FindTenant(std::string_view name) const;
+  // Money the tenant would have if every holding were settled now.
+  Result<Money> AvailableBalance(TenantId tenant) const;
+  std::span<const LedgerEntry> ledger() const;
+  LedgerTotals ledger_totals() const;
+  // Holdings' accrued but unsettled charges (whole micro-units) - for conservation checks.
+  Money UnsettledCharges() const;
+  size_t resting_order_count() const;
+  // Every live order id (resting or pending), ascending.
+  std::vector<OrderId> OpenOrders() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace laissez::market

@@ -1,0 +1,102 @@
+#include "market/types.h"
+
+namespace laissez::market {
+
+Status ValidateParams(const MarketParams& p) {
+  if (p.grace < 0) return InvalidArgument("grace: must not be negative");
+  if (p.hysteresis_ppm < 0 || p.hysteresis_ppm > 100 * kPpm) return InvalidArgument("hysteresis_ppm: must be in [0, 100000000]");
+  if (p.tick < 1) return InvalidArgument("tick: must be at least 1 micro-unit");
+  if (p.clip_alpha_ppm < 0 || p.clip_alpha_ppm > 100 * kPpm) return InvalidArgument("clip_alpha_ppm: must be in [0, 100000000]");
+  if (p.clip_interval < 0) return InvalidArgument("clip_interval: must not be negative");
+  if (p.decay_beta < 0 || p.decay_beta == kInfPrice) return InvalidArgument("decay_beta: must be finite and not negative");
+  if (p.min_hold < 0) return InvalidArgument("min_hold: must not be negative");
+  return Status::Ok();
+}
+
+std::string_view LocalityName(Locality l) {
+  switch (l) {
+    case Locality::kAny: return "any";
+    case Locality::kSameRegion: return "same_region";
+    case Locality::kSameZone: return "same_zone";
+    case Locality::kSameRow: return "same_row";
+    case Locality::kSameRack: return "same_rack";
+  }
+  return "?";
+}
+
+Result<Locality> ParseLocality(std::string_view text, std::string_view field) {
+  for (int i = 0; i <= 4; ++i) {
+    if (LocalityName(static_cast<Locality>(i)) == text) return static_cast<Locality>(i);
+  }
+  return InvalidArgument(std::string(field) + ": '" + std::string(text) +
+                         "' is not a locality (any, same_region, same_zone, same_row, same_rack)");
+}
+
+std::string_view OrderStateName(OrderState s) {
+  switch (s) {
+    case OrderState::kResting: return "resting";
+    case OrderState::kPending: return "pending";
+    case OrderState::kFilled: return "filled";
+    case OrderState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+std::string_view NodeStatusName(NodeStatus s) {
+  switch (s) {
+    case NodeStatus::kFree: return "free";
+    case NodeStatus::kHeld: return "held";
+    case NodeStatus::kContested: return "contested";
+    case NodeStatus::kReserved: return "reserved";
+    case NodeStatus::kRemoved: return "removed";
+  }
+  return "?";
+}
+
+std::string ReasonNames(uint8_t r) {
+  static constexpr std::pair<uint8_t, const char*> kNames[] = {
+      {kReasonOutbid, "outbid"}, {kReasonFloor, "floor"}, {kReasonMaintenance, "maintenance"},
+      {kReasonExhaustion, "exhaustion"}, {kReasonRelinquish, "relinquish"}};
+  std::string s;
+  for (auto [bit, name] : kNames) {
+    if (r & bit) {
+      if (!s.empty()) s += ",";
+      s += name;
+    }
+  }
+  return s.empty() ? "none" : s;
+}
+
+std::string_view CancelReasonName(CancelReason r) {
+  switch (r) {
+    case CancelReason::kNone: return "none";
+    case CancelReason::kByTenant: return "by_tenant";
+    case CancelReason::kOutOfMoney: return "out_of_money";
+    case CancelReason::kExhausted: return "exhausted";
+    case CancelReason::kRelToLost: return "rel_to_lost";
+    case CancelReason::kScopeGone: return "scope_gone";
+  }
+  return "?";
+}
+
+std::string_view EventTypeName(EventType t) {
+  switch (t) {
+    case EventType::kAllocated: return "allocated";
+    case EventType::kReserved: return "reserved";
+    case EventType::kNotice: return "notice";
+    case EventType::kContestEnded: return "contest_ended";
+    case EventType::kTransferred: return "transferred";
+    case EventType::kReleased: return "released";
+    case EventType::kCharged: return "charged";
+    case EventType::kOrderCancelled: return "order_cancelled";
+    case EventType::kOrderFilled: return "order_filled";
+    case EventType::kGangDropped: return "gang_dropped";
+    case EventType::kExhausted: return "exhausted";
+    case EventType::kPriceChanged: return "price_changed";
+    case EventType::kNodeAdded: return "node_added";
+    case EventType::kNodeRemoved: return "node_removed";
+  }
+  return "?";
+}
+
+}  // namespace laissez::market

@@ -1,0 +1,230 @@
+// Value types of the market engine's public API: parameters, orders, floors,
+// events and views. Plain data; no behaviour beyond validation helpers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+#include "topology/topology.h"
+
+namespace laissez::market {
+
+using topology::Level;
+
+// Operator settings (DESIGN.md §3). Changes apply from now on; deadlines and
+// clip steps already set stand.
+struct MarketParams {
+  Micros grace = 120 * kMicrosPerSecond;  // Notice-to-transfer window.
+  Ppm hysteresis_ppm = 0;                 // h: a challenger must beat r(n) x (1 + h).
+  Price tick = 1;                         // Smallest price step, >= 1.
+  Ppm clip_alpha_ppm = 0;                 // alpha; 0 turns clipping off.
+  Micros clip_interval = 60 * kMicrosPerSecond;
+  Price decay_beta = 0;                   // Floor decay, price per second; 0 turns decay off.
+  Micros min_hold = 0;                    // Minimum hold before tenant orders may contest.
+
+  bool operator==(const MarketParams&) const = default;
+};
+// INVALID_ARGUMENT naming the field if a parameter is out of range.
+Status ValidateParams(const MarketParams& p);
+
+// A locality constraint relative to a node the tenant holds.
+enum class Locality : uint8_t { kAny = 0, kSameRegion = 1, kSameZone = 2, kSameRow = 3, kSameRack = 4 };
+std::string_view LocalityName(Locality l);
+Result<Locality> ParseLocality(std::string_view text, std::string_view field);
+
+struct OrderSpec {
+  VertexId scope;                  // A leaf (that node) or an inner vertex (any one node below).
+  Price price = 0;                 // Limit per node per hour.
+  uint32_t count = 1;              // > 1 makes a gang order (all or nothing).
+  Locality locality = Locality::kAny;
+  NodeId rel_to;                   // Required when locality != kAny; must be held by the tenant.
+
+  bool operator==(const OrderSpec&) const = default;
+};
+
+enum class OrderState : uint8_t { kResting = 0, kPending = 1, kFilled = 2, kCancelled = 3 };
+std::string_view OrderStateName(OrderState s);
+
+enum class NodeStatus : uint8_t { kFree = 0, kHeld = 1, kContested = 2, kReserved = 3, kRemoved = 4 };
+std::string_view NodeStatusName(NodeStatus s);
+
+// Why a notice was sent or a node left its holder (a bit set).
+enum Reason : uint8_t {
+  kReasonNone = 0,
+  kReasonOutbid = 1,        // A challenger reached the obtain price.
+  kReasonFloor = 2,         // The operator floor rose above the holder's limit.
+  kReasonMaintenance = 4,   // A scheduled or forced infinite floor.
+  kReasonExhaustion = 8,    // The holder's budget no longer covers its nodes.
+  kReasonRelinquish = 16,   // The holder gave the node up.
+};
+std::string ReasonNames(uint8_t reasons);
+
+enum class CancelReason : uint8_t {
+  kNone = 0,
+  kByTenant = 1,       // The tenant cancelled.
+  kOutOfMoney = 2,     // Balance would not cover the order for one grace period.
+  kExhausted = 3,      // The tenant ran out of money (rule 7).
+  kRelToLost = 4,      // The locality anchor is no longer held.
+  kScopeGone = 5,      // Every node of the scope was removed.
+};
+std::string_view CancelReasonName(CancelReason r);
+
+// Where a floor applies: a location (all hardware types below it) or one node.
+struct FloorTarget {
+  LocationId location;
+  NodeId node;
+  bool operator==(const FloorTarget&) const = default;
+};
+
+// InfraMaps policies. Each maps private infrastructure state to floor prices.
+struct StaticFloorSpec {  // A fixed floor.
+  FloorTarget target;
+  Price price = 0;
+  bool operator==(const StaticFloorSpec&) const = default;
+};
+struct PowerCapSpec {  // A row's floor rises as its committed power nears its cap.
+  LocationId row;
+  int64_t cap_w = 0;
+  // (utilization in ppm of cap, floor) steps, ascending; the floor is that of the
+  // highest step whose threshold the utilization reaches. kInfPrice is a hard cap.
+  std::vector<std::pair<Ppm, Price>> steps;
+  bool operator==(const PowerCapSpec&) const = default;
+};
+struct CarbonSpec {  // Floor = intensity(t) x node power x carbon price.
+  LocationId location;
+  Price price_per_tonne = 0;                          // Micro-units per tonne CO2.
+  std::vector<std::pair<Micros, int64_t>> series;     // (from time, gCO2/kWh), ascending.
+  bool operator==(const CarbonSpec&) const = default;
+};
+struct MaintenanceSpec {  // Infinite floor on [start, end): notices at start - grace.
+  FloorTarget target;
+  Micros start = 0;
+  Micros end = kNever;  // kNever: a drain.
+  bool operator==(const MaintenanceSpec&) const = default;
+};
+using PolicySpec = std::variant<StaticFloorSpec, PowerCapSpec, CarbonSpec, MaintenanceSpec>;
+
+enum class EventType : uint8_t {
+  kAllocated = 0,       // A free node went to `tenant` by `order`; `price` is its limit.
+  kReserved = 1,        // A free node was reserved for gang `order`.
+  kNotice = 2,          // `tenant` may lose `node` at `deadline`; `price` = max(q, f); `reasons`.
+  kContestEnded = 3,    // The contest on `node` ended in its holder's favour.
+  kTransferred = 4,     // `node` moved from `other` to `tenant` by `order`; `price` is the new limit.
+  kReleased = 5,        // `tenant` no longer holds `node` (`reasons`); it is free (or reserved).
+  kCharged = 6,         // `tenant` paid `amount` (`waived` not collectable) for `node` at rate `price`.
+  kOrderCancelled = 7,  // `order` of `tenant` was cancelled (`cancel_reason`).
+  kOrderFilled = 8,     // `order` got all its nodes.
+  kGangDropped = 9,     // Gang `order` dropped its claims; cooldown until `deadline`.
+  kExhausted = 10,      // `tenant` ran out of money; its orders were cancelled.
+  kPriceChanged = 11,   // The quote at `vertex` changed to `price` (kInfPrice: none).
+  kNodeAdded = 12,      // `node` joined the market.
+  kNodeRemoved = 13,    // `node` left the market.
+};
+std::string_view EventTypeName(EventType t);
+
+// One market event. Flat so it is cheap to queue, copy and serialize; fields a
+// type does not use are left at their defaults.
+struct Event {
+  Micros time = 0;
+  EventType type = EventType::kAllocated;
+  uint8_t reasons = 0;
+  CancelReason cancel_reason = CancelReason::kNone;
+  NodeId node;
+  TenantId tenant;
+  TenantId other;  // The previous holder of a transfer (operator view only).
+  OrderId order;
+  VertexId vertex;
+  Price price = 0;
+  Money amount = 0;
+  Money waived = 0;
+  Micros deadline = 0;
+
+  bool operator==(const Event&) const = default;
+};
+
+// One settled charge in the append-only ledger. Every debit from a tenant is a
+// credit to the operator.
+struct LedgerEntry {
+  Micros time = 0;   // Settlement time (end of the interval).
+  Micros from = 0;   // Start of the interval.
+  TenantId tenant;
+  NodeId node;
+  Price rate = 0;    // p(n) over the interval.
+  Money amount = 0;  // Debited from the tenant, credited to the operator.
+  Money waived = 0;  // Due but not collected (the balance would have gone negative).
+  bool operator==(const LedgerEntry&) const = default;
+};
+
+struct LedgerTotals {
+  Money deposited = 0;         // Initial balances plus deposits.
+  Money tenant_balances = 0;   // Sum of tenant balances now.
+  Money operator_revenue = 0;  // Sum of ledger amounts.
+  Money waived = 0;            // Sum of ledger waived amounts.
+  uint64_t entries = 0;
+};
+
+// What a tenant reads about a vertex (rule 12).
+struct VertexQuote {
+  VertexId vertex;
+  Price quote = kInfPrice;  // Lowest obtain price below, for a tenant holding none of them.
+  uint32_t total = 0, free = 0, held = 0, contested = 0, reserved = 0;
+  std::vector<std::pair<Price, uint32_t>> depth;  // Resting single-node orders at or below, by price, highest first.
+};
+
+// How close the market is to taking a node from its holder (rule 4).
+struct EvictionQuote {
+  NodeId node;
+  TenantId holder;
+  Price limit = 0;      // r(n).
+  Price competing = 0;  // c(n); 0 when there is none.
+  Price floor = 0;      // f(n), decay included.
+  Price obtain = 0;     // What a challenger must bid now.
+  Price pays = 0;       // p(n), the current rate.
+  bool contested = false;
+  Micros deadline = 0;  // When contested.
+  uint8_t reasons = 0;  // When contested.
+};
+
+struct NodeView {
+  NodeId id;
+  NodeStatus status = NodeStatus::kFree;
+  TenantId holder;
+  Price limit = 0;
+  Micros held_since = 0;
+  Price floor = 0;
+  OrderId reserved_for;
+};
+
+struct OrderView {
+  OrderId id;
+  TenantId tenant;
+  OrderSpec spec;
+  VertexId effective_scope;  // The scope narrowed by the locality constraint.
+  Price effective_price = 0; // After clipping.
+  OrderState state = OrderState::kResting;
+  uint64_t seq = 0;
+  uint32_t filled = 0;       // Nodes obtained (gangs).
+  Micros cooldown_until = 0; // Gangs after a dropped claim.
+  std::vector<NodeId> claims;  // Nodes this order reserves or contests.
+};
+
+struct TenantView {
+  TenantId id;
+  std::string name;
+  Money balance = 0;
+  Price max_rate = kInfPrice;  // kInfPrice: no cap.
+  Price committed_rate = 0;    // Sum of limits plus price x remaining nodes of open orders.
+  Price spend_rate = 0;        // Sum of p(n) over held nodes.
+  Money paid = 0, waived = 0;
+  bool exhausted = false;
+  std::vector<NodeId> nodes;
+  std::vector<OrderId> orders;  // Resting or pending.
+};
+
+}  // namespace laissez::market

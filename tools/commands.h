@@ -1,0 +1,17 @@
+// Registration of the CLI's command families. Each Register* adds its
+// subcommands to `app`; a command's callback stores its process exit code in
+// `*exit_code`. Every `--json` command prints exactly one JSON document on
+// stdout; progress and logs go to stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace laissez::cli {
+
+void RegisterDemoCommands(CLI::App& app, int* exit_code);   // demo story
+void RegisterBenchCommands(CLI::App& app, int* exit_code);  // bench engine
+void RegisterSimCommands(CLI::App& app, int* exit_code);    // simulate, experiment
+void RegisterOplogCommands(CLI::App& app, int* exit_code);  // replay, explain
+void RegisterServerCommands(CLI::App& app, int* exit_code); // serve, agent, tenant/operator/admin clients
+
+}  // namespace laissez::cli
