@@ -1,0 +1,2289 @@
+// MarketEngine implementation.
+//
+// Invariants (checked by tests/property after every operation):
+// - A node has at most one holder; a reserved node has none.
+// - After every public call the book is not crossed: no resting single-node
+//   order reaches the obtain price of a node it is eligible for, and no resting
+//   gang outside its cooldown can obtain its k nodes.
+// - A holding's rate p(n) = min(r(n), max(c(n), f(n))) is current, and its
+//   charge since `acc_since` is settled exactly whenever p(n) changes.
+// - Sum of balances + operator revenue == deposits; balances never go negative.
+//
+// Structure. Per hardware type, nodes are laid out in the topology's leaf order
+// so that every vertex is a contiguous range, and a segment tree over that order
+// finds the node with the lowest obtain price below any vertex in O(log n).
+// Orders rest in per-vertex books sorted by (effective price desc, seq asc); an
+// order constrained by locality rests at the deeper of its scope and the
+// anchor's location, which is exactly the set of nodes it is eligible for.
+// Matching is incremental: only "candidate" orders (new, raised, re-rested, or
+// under a node whose obtain price fell) can cross, and they are examined in
+// priority order. Timed work (deadlines, hold expiries, clip steps, floor
+// schedules, exhaustion, gang cooldowns) sits in one ordered schedule.
+#include "market/market_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "common/check.h"
+
+namespace laissez::market {
+namespace {
+
+using topology::Topology;
+
+constexpr __int128 kH = kMicrosPerHour;  // Charges: price (per hour) x micros / kH.
+
+Price AddTick(Price p, Price tick) { return SatAdd(p, tick); }
+
+// ceil(price * grace / 1h): what one node at `price` costs for one grace period.
+Money GraceCost(Price price, Micros grace) {
+  if (price <= 0 || grace <= 0) return 0;
+  __int128 v = (static_cast<__int128>(price) * grace + kH - 1) / kH;
+  return v >= kInfPrice ? kInfPrice : static_cast<Money>(v);
+}
+
+std::string Num(uint64_t v) { return std::to_string(v); }
+
+enum SchedKind : uint8_t {
+  kSchedDeadline = 0,    // id: node
+  kSchedHoldExpiry = 1,  // id: node
+  kSchedClip = 2,        // id: order
+  kSchedPolicy = 3,      // id: policy
+  kSchedExhaust = 4,     // id: tenant
+  kSchedCooldown = 5,    // id: order
+  kSchedDecay = 6,       // id: node
+};
+
+struct SchedKey {
+  Micros time;
+  uint8_t kind;
+  uint64_t id;
+  bool operator<(const SchedKey& o) const { return std::tie(time, kind, id) < std::tie(o.time, o.kind, o.id); }
+};
+
+enum BookFlag : uint8_t { kFlagGang = 1, kFlagPending = 2 };
+
+struct BookEntry {
+  Price price;  // Effective price.
+  uint64_t seq;
+  uint32_t slot;
+  uint32_t tenant;
+  uint8_t flags;
+};
+// Sorted: price desc, seq asc.
+inline bool BookLess(const BookEntry& a, const BookEntry& b) {
+  return a.price != b.price ? a.price > b.price : a.seq < b.seq;
+}
+
+struct NodeState {
+  TenantId holder;
+  Price limit = 0;
+  Micros held_since = 0;
+  uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
+  uint32_t tenant_pos = 0;           // Index in the holder's node list.
+  // Contest.
+  bool contested = false;
+  uint8_t reasons = 0;
+  Micros deadline = 0;
+  uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
+  // Floors.
+  Price base_floor = 0;    // Max of policy floors.
+  Price decay_from = 0;    // P at release; 0 when not decaying.
+  Micros released_at = 0;
+  Micros maint_at = kNever;  // Start of a maintenance whose notice phase has begun.
+  // Charging.
+  Price rate = 0;
+  Micros acc_since = 0;
+  int64_t carry = 0;  // < kH.
+  bool alive = true;
+  bool hold_scheduled = false;
+  bool decay_scheduled = false;
+  Micros decay_sched_time = 0;
+};
+
+struct Order {
+  OrderId id;
+  TenantId tenant;
+  OrderSpec spec;
+  TypeId type;
+  VertexId eff_scope;      // Invalid: no node can ever satisfy the order.
+  Price requested = 0;
+  Price effective = 0;
+  Price clip_step = 0;
+  Micros next_clip = kNever;
+  uint64_t seq = 0;
+  OrderState state = OrderState::kResting;
+  uint32_t filled = 0;
+  Micros cooldown_until = 0;
+  bool in_book = false;     // Has a BookEntry at eff_scope.
+  uint8_t book_flags = 0;
+  std::vector<NodeId> claims;  // Pending: contested or reserved nodes.
+  bool alive = true;
+  bool is_gang() const { return spec.count > 1; }
+  uint32_t remaining() const { return spec.count - filled; }
+};
+
+struct Tenant {
+  std::string name;
+  Money balance = 0;
+  Price max_rate = kInfPrice;
+  Money deposited = 0;
+  Money paid = 0, waived = 0;
+  std::vector<NodeId> nodes;
+  std::set<uint64_t> orders;  // Open order ids.
+  // Committed rate and its grace cost.
+  Price committed = 0;      // Sum limits + price x remaining (requested prices).
+  Money committed_need = 0; // Per-item grace costs of the same.
+  Money need = 0;           // Sum over held nodes of GraceCost(r).
+  // Accrual aggregates: A(t) = carry_sum + rate_sum * t - rate_time_sum.
+  __int128 carry_sum = 0;
+  __int128 rate_sum = 0;
+  __int128 rate_time_sum = 0;
+  bool exhausted = false;
+  Micros exhaust_sched = kNever;
+};
+
+struct Policy {
+  PolicySpec spec;
+  bool alive = true;
+  Micros maint_start = 0;  // Effective maintenance start.
+  Price power_floor = 0;   // Current floor of a power-cap policy.
+  Micros sched = kNever;
+};
+
+}  // namespace
+
+class MarketEngine::Impl {
+ public:
+  Impl(MarketParams p, EngineOptions o) : params_(p), options_(o) {}
+
+  // ---------------------------------------------------------------- state
+  MarketParams params_;
+  EngineOptions options_;
+  EventSink* sink_ = nullptr;
+  Topology topo_;
+  Micros now_ = 0;
+  uint64_t next_seq_ = 1;
+  uint64_t next_order_id_ = 0;
+
+  std::vector<NodeState> nodes_;
+  std::vector<Order> orders_;           // Slots.
+  std::vector<uint32_t> free_slots_;
+  std::unordered_map<uint64_t, uint32_t> order_slot_;  // Live orders.
+  std::vector<std::vector<BookEntry>> books_;          // Per vertex.
+  std::vector<Tenant> tenants_;
+  std::unordered_map<std::string, TenantId> tenant_by_name_;
+  std::vector<Policy> policies_;
+  std::unordered_multimap<uint32_t, uint32_t> rel_to_orders_;  // node -> order slot.
+  std::vector<uint32_t> unmatchable_;  // Slots of orders with no eligible node ever (not in a book).
+
+  std::set<SchedKey> sched_;
+  std::vector<LedgerEntry> ledger_;
+  LedgerTotals totals_;
+  std::vector<Event> events_;
+
+  // Per-type index.
+  struct TypeIndex {
+    uint32_t size = 1;
+    std::vector<uint32_t> tree;     // Leaf index of the subtree minimum; UINT32_MAX if empty.
+    std::vector<Price> obtain;      // Per leaf.
+    std::vector<NodeId> leaf_node;  // Per leaf.
+  };
+  std::vector<TypeIndex> index_;
+  uint64_t index_generation_ = UINT64_MAX;
+
+  // Work lists of the current instant.
+  std::set<std::tuple<Price, uint64_t, uint32_t>> candidates_;  // (-price, seq, slot).
+  std::vector<uint32_t> dirty_nodes_;
+  std::vector<uint8_t> node_dirty_flag_;
+  std::vector<uint32_t> gangs_to_check_;
+  bool power_dirty_ = false;
+  std::vector<Price> last_quote_;  // For price events.
+  std::vector<uint8_t> vertex_touched_;
+  std::vector<uint32_t> touched_vertices_;
+  std::vector<VertexId> anc_scratch_;
+  std::vector<uint32_t> decaying_;  // Nodes with decay_from > 0.
+
+  // ---------------------------------------------------------------- helpers
+  const topology::Vertex& V(VertexId v) const { return topo_.vertex(v); }
+
+  Price EffFloor(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    Price f = s.base_floor;
+    if (s.decay_from > 0 && !s.holder.valid() && s.order_slot == UINT32_MAX && params_.decay_beta > 0) {
+      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - s.released_at) / kMicrosPerSecond;
+      __int128 d = static_cast<__int128>(s.decay_from) - dec;
+      if (d > f) f = static_cast<Price>(d);
+    }
+    return f;
+  }
+
+  // The holder-side floor (decay applies only to free nodes).
+  Price Floor(NodeId n) const { return EffFloor(n); }
+
+  Price ChallengerPrice(const NodeState& s) const {
+    return s.challenger == UINT32_MAX ? 0 : orders_[s.challenger].effective;
+  }
+
+  // max(f, r(1+h)) + tick: what a challenger must reach, ignoring a pending one.
+  Price HolderBar(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    Price r = s.limit;
+    Price rh = SatAdd(r, MulPpmCeil(r, params_.hysteresis_ppm));
+    return AddTick(std::max(Floor(n), rh), params_.tick);
+  }
+
+  // Obtain price for a tenant order (rule "Obtain price"); kInfPrice if not obtainable.
+  Price Obtain(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    if (!s.alive || s.order_slot != UINT32_MAX) return kInfPrice;
+    if (!s.holder.valid()) return EffFloor(n);
+    if (params_.min_hold > 0 && now_ < s.held_since + params_.min_hold) return kInfPrice;
+    Price bar = HolderBar(n);
+    if (s.challenger != UINT32_MAX) bar = std::max(bar, AddTick(ChallengerPrice(s), params_.tick));
+    return bar;
+  }
+
+  bool IsEligibleNode(const Order& o, NodeId n) const {
+    if (!o.eff_scope.valid()) return false;
+    const NodeState& s = nodes_[n.value];
+    if (!s.alive || s.holder == o.tenant) return false;
+    return topo_.VertexContains(o.eff_scope, topo_.node(n).leaf);
+  }
+
+  void Emit(Event e) {
+    e.time = now_;
+    events_.push_back(e);
+  }
+
+  void Flush() {
+    if (options_.price_events) EmitPriceChanges();
+    if (!events_.empty()) {
+      if (sink_) sink_->OnEvents(events_);
+      events_.clear();
+    }
+  }
+
+  // ---------------------------------------------------------------- index
+  void EnsureIndex() {
+    if (index_generation_ == topo_.generation() && index_.size() == topo_.type_count()) return;
+    (void)topo_.Range(VertexId(0));  // Forces the topology's rebuild.
+    index_generation_ = topo_.generation();
+    index_.assign(topo_.type_count(), {});
+    for (size_t t = 0; t < topo_.type_count(); ++t) {
+      auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
+      TypeIndex& ix = index_[t];
+      ix.size = 1;
+      while (ix.size < order.size()) ix.size <<= 1;
+      ix.tree.assign(2 * ix.size, UINT32_MAX);
+      ix.obtain.assign(order.size(), kInfPrice);
+      ix.leaf_node.assign(order.begin(), order.end());
+      for (uint32_t i = 0; i < order.size(); ++i) {
+        ix.obtain[i] = Obtain(order[i]);
+        ix.tree[ix.size + i] = i;
+      }
+      for (uint32_t i = ix.size - 1; i >= 1; --i) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+    }
+  }
+
+  // Tie-break (docs/MECHANISM.md): lower obtain, then free before held, then lower floor, then lower id.
+  bool LeafLess(const TypeIndex& ix, uint32_t a, uint32_t b) const {
+    if (ix.obtain[a] != ix.obtain[b]) return ix.obtain[a] < ix.obtain[b];
+    NodeId na = ix.leaf_node[a], nb = ix.leaf_node[b];
+    bool ha = nodes_[na.value].holder.valid(), hb = nodes_[nb.value].holder.valid();
+    if (ha != hb) return !ha;
+    Price fa = Floor(na), fb = Floor(nb);
+    if (fa != fb) return fa < fb;
+    return na.value < nb.value;
+  }
+  uint32_t Better(const TypeIndex& ix, uint32_t a, uint32_t b) const {
+    if (a == UINT32_MAX) return b;
+    if (b == UINT32_MAX) return a;
+    return LeafLess(ix, a, b) ? a : b;
+  }
+
+  // Re-keys node n in its type's tree; marks candidates if its obtain price fell.
+  void RefreshNode(NodeId n) {
+    if (index_generation_ != topo_.generation()) return;  // Rebuilt lazily with fresh keys.
+    TypeIndex& ix = index_[topo_.node(n).type.value];
+    uint32_t leaf = topo_.LeafIndex(n);
+    if (leaf == UINT32_MAX) return;
+    Price old = ix.obtain[leaf];
+    Price now_obtain = Obtain(n);
+    ix.obtain[leaf] = now_obtain;
+    for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+    (void)old;
+    // Any order now reaching n may cross: its price fell, or its holder changed
+    // (the old holder's orders become eligible for it).
+    AddCandidatesAbove(n, now_obtain);
+    if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
+  }
+
+  // Orders at the ancestors of n whose price reaches `price` may now cross.
+  void AddCandidatesAbove(NodeId n, Price price) {
+    if (price == kInfPrice) return;
+    for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+      for (const BookEntry& e : books_[v.value]) {
+        if (e.price < price) break;
+        candidates_.emplace(-e.price, e.seq, e.slot);
+      }
+    }
+  }
+
+  // Best leaf in [lo, hi) of type t by LeafLess, skipping leaves that `skip` rejects.
+  template <typename Skip>
+  uint32_t FindBest(const TypeIndex& ix, uint32_t lo, uint32_t hi, Skip&& skip) const {
+    uint32_t best = UINT32_MAX;
+    FindRec(ix, 1, 0, ix.size, lo, hi, skip, &best);
+    return best;
+  }
+  template <typename Skip>
+  void FindRec(const TypeIndex& ix, uint32_t node, uint32_t nlo, uint32_t nhi, uint32_t lo, uint32_t hi, Skip& skip,
+               uint32_t* best) const {
+    if (nhi <= lo || hi <= nlo) return;
+    uint32_t m = ix.tree[node];
+    if (m == UINT32_MAX) return;
+    if (*best != UINT32_MAX && !LeafLess(ix, m, *best)) return;  // Nothing better below.
+    if (lo <= nlo && nhi <= hi && !skip(m)) {
+      *best = m;
+      return;
+    }
+    if (nhi - nlo == 1) return;
+    uint32_t mid = (nlo + nhi) / 2;
+    FindRec(ix, 2 * node, nlo, mid, lo, hi, skip, best);
+    FindRec(ix, 2 * node + 1, mid, nhi, lo, hi, skip, best);
+  }
+
+  // The best eligible node for order o (free only if `free_only`), excluding `exclude`.
+  NodeId BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude = nullptr) {
+    if (!o.eff_scope.valid()) return NodeId();
+    EnsureIndex();
+    const TypeIndex& ix = index_[o.type.value];
+    auto [lo, hi] = topo_.Range(o.eff_scope);
+    auto skip = [&](uint32_t leaf) {
+      NodeId n = ix.leaf_node[leaf];
+      const NodeState& s = nodes_[n.value];
+      if (s.holder == o.tenant) return true;
+      if (free_only && (s.holder.valid() || s.order_slot != UINT32_MAX)) return true;
+      if (exclude && std::find(exclude->begin(), exclude->end(), n) != exclude->end()) return true;
+      return false;
+    };
+    uint32_t leaf = FindBest(ix, lo, hi, skip);
+    if (leaf == UINT32_MAX || ix.obtain[leaf] == kInfPrice) return NodeId();
+    return ix.leaf_node[leaf];
+  }
+
+  // ---------------------------------------------------------------- books
+  std::vector<BookEntry>::iterator FindEntry(std::vector<BookEntry>& b, const Order& o) {
+    BookEntry key{o.effective, o.seq, 0, 0, 0};
+    auto it = std::lower_bound(b.begin(), b.end(), key, BookLess);
+    while (it != b.end() && it->price == o.effective && it->seq == o.seq) {
+      if (it->slot == SlotOf(o)) return it;
+      ++it;
+    }
+    LZ_CHECK(false && "book entry missing");
+    return b.end();
+  }
+  uint32_t SlotOf(const Order& o) const { return static_cast<uint32_t>(&o - orders_.data()); }
+
+  // The competing-demand summary of a book for change detection.
+  struct Summary {
+    Price p1 = 0;
+    uint32_t t1 = UINT32_MAX;
+    Price p2 = 0;  // Best price of a tenant other than t1.
+    bool operator==(const Summary&) const = default;
+  };
+  Summary Summarize(const std::vector<BookEntry>& b) const {
+    Summary s;
+    for (const BookEntry& e : b) {
+      if (e.flags) continue;
+      if (s.t1 == UINT32_MAX) {
+        s.p1 = e.price;
+        s.t1 = e.tenant;
+      } else if (e.tenant != s.t1) {
+        s.p2 = e.price;
+        break;
+      }
+    }
+    return s;
+  }
+
+  void BookInsert(Order& o, uint8_t flags) {
+    LZ_CHECK(!o.in_book);
+    o.book_flags = flags;
+    if (!o.eff_scope.valid()) {
+      unmatchable_.push_back(SlotOf(o));
+      o.in_book = true;
+      return;
+    }
+    auto& b = books_[o.eff_scope.value];
+    Summary before = Summarize(b);
+    BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, flags};
+    b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+    o.in_book = true;
+    AfterBookChange(o.eff_scope, before);
+    candidates_.emplace(-o.effective, o.seq, SlotOf(o));
+  }
+
+  void BookErase(Order& o) {
+    if (!o.in_book) return;
+    o.in_book = false;
+    if (!o.eff_scope.valid()) {
+      auto it = std::find(unmatchable_.begin(), unmatchable_.end(), SlotOf(o));
+      if (it != unmatchable_.end()) unmatchable_.erase(it);
+      return;
+    }
+    auto& b = books_[o.eff_scope.value];
+    Summary before = Summarize(b);
+    b.erase(FindEntry(b, o));
+    AfterBookChange(o.eff_scope, before);
+  }
+
+  // Changes an order's effective price and/or seq while it sits in the book.
+  void BookReprice(Order& o, Price effective, uint64_t seq) {
+    if (!o.in_book) {
+      o.effective = effective;
+      o.seq = seq;
+      return;
+    }
+    uint8_t flags = o.book_flags;
+    BookErase(o);
+    o.effective = effective;
+    o.seq = seq;
+    BookInsert(o, flags);
+  }
+
+  void AfterBookChange(VertexId v, const Summary& before) {
+    if (options_.price_events) TouchVertex(v);
+    if (Summarize(books_[v.value]) == before) return;
+    // c(n) may have changed for held nodes below v: refresh their rates.
+    EnsureIndex();
+    const TypeIndex& ix = index_[V(v).type.value];
+    auto [lo, hi] = topo_.Range(v);
+    for (uint32_t i = lo; i < hi; ++i) {
+      NodeId n = ix.leaf_node[i];
+      if (nodes_[n.value].holder.valid()) UpdateRate(n);
+    }
+  }
+
+  // c(n): max of q(n) and resting single-node orders eligible for n (not the holder's).
+  Price Competing(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    Price c = ChallengerPrice(s);
+    for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+      for (const BookEntry& e : books_[v.value]) {
+        if (e.price <= c) break;
+        if (e.flags || e.tenant == s.holder.value) continue;
+        c = e.price;
+        break;
+      }
+    }
+    return c;
+  }
+
+  // ---------------------------------------------------------------- money
+  void ScheduleErase(Micros time, uint8_t kind, uint64_t id) {
+    if (time != kNever) sched_.erase(SchedKey{time, kind, id});
+  }
+  void ScheduleAdd(Micros time, uint8_t kind, uint64_t id) {
+    if (time != kNever) sched_.insert(SchedKey{time, kind, id});
+  }
+
+  // Settles node n's holding up to now at its current rate.
+  void Settle(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (!s.holder.valid() || now_ == s.acc_since) return;
+    Tenant& t = tenants_[s.holder.value];
+    __int128 due = static_cast<__int128>(s.carry) + static_cast<__int128>(s.rate) * (now_ - s.acc_since);
+    Money whole = static_cast<Money>(due / kH);
+    int64_t carry = static_cast<int64_t>(due % kH);
+    // Aggregates: remove the old accrual term, add the new one.
+    t.carry_sum += carry - s.carry;
+    t.rate_time_sum += static_cast<__int128>(s.rate) * (now_ - s.acc_since);
+    s.carry = carry;
+    Micros from = s.acc_since;
+    s.acc_since = now_;
+    if (whole == 0) return;
+    Money paid = std::min(whole, t.balance);
+    Money waived = whole - paid;
+    t.balance -= paid;
+    t.paid += paid;
+    t.waived += waived;
+    totals_.operator_revenue += paid;
+    totals_.waived += waived;
+    ++totals_.entries;
+    if (options_.retain_ledger) ledger_.push_back(LedgerEntry{now_, from, s.holder, n, s.rate, paid, waived});
+    Event e;
+    e.type = EventType::kCharged;
+    e.node = n;
+    e.tenant = s.holder;
+    e.price = s.rate;
+    e.amount = paid;
+    e.waived = waived;
+    e.deadline = from;
+    Emit(e);
+    MarkExhaustDirty(s.holder);
+  }
+
+  // Re-derives p(n); settles first if it changes.
+  void UpdateRate(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (!s.holder.valid()) return;
+    Price f = Floor(n);
+    Price p = std::min(s.limit, std::max(Competing(n), f));
+    if (p == s.rate) return;
+    Settle(n);
+    Tenant& t = tenants_[s.holder.value];
+    t.rate_sum += p - s.rate;
+    t.rate_time_sum += static_cast<__int128>(p - s.rate) * now_;
+    s.rate = p;
+    MarkExhaustDirty(s.holder);
+  }
+
+  void StartHolding(NodeId n, TenantId tid, Price limit) {
+    NodeState& s = nodes_[n.value];
+    Tenant& t = tenants_[tid.value];
+    s.holder = tid;
+    s.limit = limit;
+    s.held_since = now_;
+    s.order_slot = UINT32_MAX;
+    s.decay_from = 0;
+    s.rate = 0;
+    s.carry = 0;
+    s.acc_since = now_;
+    s.tenant_pos = static_cast<uint32_t>(t.nodes.size());
+    t.nodes.push_back(n);
+    t.committed = SatAdd(t.committed, limit);
+    t.committed_need = SatAdd(t.committed_need, GraceCost(limit, params_.grace));
+    t.need = SatAdd(t.need, GraceCost(limit, params_.grace));
+    if (params_.min_hold > 0) {
+      s.hold_scheduled = true;
+      ScheduleAdd(now_ + params_.min_hold, kSchedHoldExpiry, n.value);
+    }
+    UpdateRate(n);
+    power_dirty_ = true;
+    MarkExhaustDirty(tid);
+    MarkDirty(n);
+  }
+
+  // Ends n's holding: settles, drops the remainder, frees bookkeeping. Leaves n free.
+  void EndHolding(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    TenantId tid = s.holder;
+    Settle(n);
+    Tenant& t = tenants_[tid.value];
+    t.carry_sum -= s.carry;
+    t.rate_sum -= s.rate;
+    t.rate_time_sum -= static_cast<__int128>(s.rate) * now_;
+    // Swap-remove from the tenant's list.
+    uint32_t pos = s.tenant_pos;
+    NodeId last = t.nodes.back();
+    t.nodes[pos] = last;
+    nodes_[last.value].tenant_pos = pos;
+    t.nodes.pop_back();
+    t.committed -= s.limit;
+    t.committed_need -= GraceCost(s.limit, params_.grace);
+    t.need -= GraceCost(s.limit, params_.grace);
+    Price paid_rate = s.rate;
+    s.holder = TenantId();
+    s.limit = 0;
+    s.rate = 0;
+    s.carry = 0;
+    if (s.hold_scheduled) {
+      ScheduleErase(s.held_since + params_.min_hold, kSchedHoldExpiry, n.value);
+      s.hold_scheduled = false;
+    }
+    ClearContest(n);
+    if (params_.decay_beta > 0 && paid_rate > s.base_floor) {
+      s.decay_from = paid_rate;
+      s.released_at = now_;
+      decaying_.push_back(n.value);
+    }
+    power_dirty_ = true;
+    MarkExhaustDirty(tid);
+    // Orders anchored on n lose their anchor.
+    auto range = rel_to_orders_.equal_range(n.value);
+    std::vector<uint32_t> anchored;
+    for (auto it = range.first; it != range.second; ++it) anchored.push_back(it->second);
+    for (uint32_t slot : anchored) {
+      if (orders_[slot].alive && orders_[slot].tenant == tid) CancelOrderInternal(slot, CancelReason::kRelToLost);
+    }
+  }
+
+  // ---------------------------------------------------------------- exhaustion
+  std::vector<uint32_t> exhaust_dirty_;
+  std::vector<uint8_t> exhaust_flag_;
+  void MarkExhaustDirty(TenantId t) {
+    if (exhaust_flag_.size() < tenants_.size()) exhaust_flag_.resize(tenants_.size(), 0);
+    if (!exhaust_flag_[t.value]) {
+      exhaust_flag_[t.value] = 1;
+      exhaust_dirty_.push_back(t.value);
+    }
+  }
+
+  // Sum of floor(acc_i(t) / kH) over t's holdings: accrued unsettled money at time `at`.
+  Money Accrued(const Tenant& t, Micros at) const {
+    __int128 sum = 0;
+    for (NodeId n : t.nodes) {
+      const NodeState& s = nodes_[n.value];
+      sum += (static_cast<__int128>(s.carry) + static_cast<__int128>(s.rate) * (at - s.acc_since)) / kH;
+    }
+    return sum > kInfPrice ? kInfPrice : static_cast<Money>(sum);
+  }
+  Money Available(const Tenant& t, Micros at) const { return t.balance - Accrued(t, at); }
+
+  bool ExhaustedAt(const Tenant& t, Micros at) const {
+    return !t.nodes.empty() && Available(t, at) <= t.need;
+  }
+
+  // Earliest time >= now at which the tenant can become exhausted (a lower bound).
+  Micros ExhaustLowerBound(const Tenant& t) const {
+    if (t.nodes.empty()) return kNever;
+    __int128 target = (static_cast<__int128>(t.balance) - t.need) * kH;  // A(t) must reach this.
+    __int128 a_now = t.carry_sum + t.rate_sum * now_ - t.rate_time_sum;
+    if (a_now >= target) return now_;
+    if (t.rate_sum <= 0) return kNever;
+    __int128 dt = (target - a_now + t.rate_sum - 1) / t.rate_sum;
+    if (dt >= kNever - now_) return kNever;
+    return now_ + static_cast<Micros>(dt);
+  }
+
+  void RescheduleExhaustion(uint32_t tid) {
+    Tenant& t = tenants_[tid];
+    Micros when = t.exhausted ? kNever : ExhaustLowerBound(t);
+    if (when == t.exhaust_sched) return;
+    ScheduleErase(t.exhaust_sched, kSchedExhaust, tid);
+    t.exhaust_sched = when;
+    ScheduleAdd(when, kSchedExhaust, tid);
+  }
+
+  // Exhaustion due at now? Returns true if it fired or recovered (state changed).
+  bool ReviewExhaustion(uint32_t tid) {
+    Tenant& t = tenants_[tid];
+    bool ex = ExhaustedAt(t, now_);
+    if (ex == t.exhausted) return false;
+    t.exhausted = ex;
+    if (ex) {
+      Event e;
+      e.type = EventType::kExhausted;
+      e.tenant = TenantId(tid);
+      Emit(e);
+      std::vector<uint64_t> ids(t.orders.begin(), t.orders.end());
+      for (uint64_t id : ids) CancelOrderInternal(order_slot_.at(id), CancelReason::kExhausted);
+    }
+    for (NodeId n : t.nodes) MarkDirty(n);
+    return true;
+  }
+
+  // ---------------------------------------------------------------- contests
+  void MarkDirty(NodeId n) {
+    if (node_dirty_flag_.size() < nodes_.size()) node_dirty_flag_.resize(nodes_.size(), 0);
+    if (!node_dirty_flag_[n.value]) {
+      node_dirty_flag_[n.value] = 1;
+      dirty_nodes_.push_back(n.value);
+    }
+  }
+
+  // The reasons that currently apply to n's holder, and whether a challenger is valid.
+  uint8_t CurrentReasons(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    uint8_t r = 0;
+    if (s.challenger != UINT32_MAX && ChallengerPrice(s) >= HolderBar(n)) r |= kReasonOutbid;
+    if (Floor(n) > s.limit && s.maint_at == kNever) r |= kReasonFloor;
+    if (s.maint_at != kNever) r |= kReasonMaintenance;
+    if (tenants_[s.holder.value].exhausted) r |= kReasonExhaustion;
+    return r;
+  }
+
+  Price NoticePrice(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    if (s.maint_at != kNever) return kInfPrice;
+    return std::max(ChallengerPrice(s), Floor(n));
+  }
+
+  void SendNotice(NodeId n) {
+    const NodeState& s = nodes_[n.value];
+    Event e;
+    e.type = EventType::kNotice;
+    e.node = n;
+    e.tenant = s.holder;
+    e.reasons = s.reasons;
+    e.price = NoticePrice(n);
+    e.deadline = s.deadline;
+    if (s.challenger != UINT32_MAX) e.order = orders_[s.challenger].id;
+    Emit(e);
+  }
+
+  void SetDeadline(NodeId n, Micros d) {
+    NodeState& s = nodes_[n.value];
+    if (s.contested) ScheduleErase(s.deadline, kSchedDeadline, n.value);
+    s.deadline = d;
+    ScheduleAdd(d, kSchedDeadline, n.value);
+  }
+
+  // Removes the contest state of n (no events); the challenger is left to the caller.
+  void ClearContest(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (s.contested) ScheduleErase(s.deadline, kSchedDeadline, n.value);
+    s.contested = false;
+    s.reasons = 0;
+    s.deadline = 0;
+    if (s.challenger != UINT32_MAX) {
+      uint32_t c = s.challenger;
+      s.challenger = UINT32_MAX;
+      DetachChallenger(c, n, /*holder_won=*/true);
+    }
+  }
+
+  // Contest validity and notices for one node. Returns true if anything changed.
+  bool ReviewNode(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (!s.holder.valid()) return false;
+    // A challenger that no longer beats the holder's bar loses.
+    if (s.challenger != UINT32_MAX && ChallengerPrice(s) < HolderBar(n)) {
+      uint32_t c = s.challenger;
+      s.challenger = UINT32_MAX;
+      DetachChallenger(c, n, /*holder_won=*/true);
+      RefreshNode(n);
+      UpdateRate(n);
+    }
+    uint8_t want = CurrentReasons(n);
+    if (!s.contested) {
+      if (want == 0) return false;
+      s.contested = true;
+      s.reasons = want;
+      Micros d = SatAdd(now_, params_.grace);
+      if (s.maint_at != kNever) d = std::min(d, s.maint_at);
+      d = std::max(d, now_);
+      s.deadline = d;
+      ScheduleAdd(d, kSchedDeadline, n.value);
+      SendNotice(n);
+      return true;
+    }
+    if (want == 0) {
+      ScheduleErase(s.deadline, kSchedDeadline, n.value);
+      s.contested = false;
+      s.reasons = 0;
+      Event e;
+      e.type = EventType::kContestEnded;
+      e.node = n;
+      e.tenant = s.holder;
+      Emit(e);
+      return true;
+    }
+    bool changed = false;
+    if (s.maint_at != kNever && s.deadline > s.maint_at) {
+      SetDeadline(n, std::max(s.maint_at, now_));
+      changed = true;
+    }
+    if ((want & ~s.reasons) != 0) changed = true;  // A new reason: a new notice.
+    s.reasons = want;
+    if (changed) SendNotice(n);
+    return changed;
+  }
+
+  // The challenger `slot` no longer contests node n.
+  void DetachChallenger(uint32_t slot, NodeId n, bool holder_won) {
+    Order& o = orders_[slot];
+    auto it = std::find(o.claims.begin(), o.claims.end(), n);
+    if (it != o.claims.end()) o.claims.erase(it);
+    if (o.is_gang()) {
+      if (holder_won) DropGang(slot, /*cooldown=*/true);
+      return;
+    }
+    // A single challenger rests again, keeping its sequence number.
+    o.state = OrderState::kResting;
+    if (o.in_book) BookErase(o);
+    BookInsert(o, 0);
+  }
+
+  // Gang drops all claims: reserved nodes free (no decay), contests lose it.
+  void DropGang(uint32_t slot, bool cooldown) {
+    Order& o = orders_[slot];
+    std::vector<NodeId> claims;
+    claims.swap(o.claims);
+    for (NodeId n : claims) {
+      NodeState& s = nodes_[n.value];
+      if (s.order_slot == slot) {
+        s.order_slot = UINT32_MAX;
+        power_dirty_ = true;
+        RefreshNode(n);
+      } else if (s.challenger == slot) {
+        s.challenger = UINT32_MAX;
+        RefreshNode(n);
+        UpdateRate(n);
+        MarkDirty(n);
+      }
+    }
+    o.state = OrderState::kResting;
+    Event e;
+    e.type = EventType::kGangDropped;
+    e.order = o.id;
+    e.tenant = o.tenant;
+    if (cooldown) {
+      ScheduleErase(o.cooldown_until, kSchedCooldown, o.id.value);
+      o.cooldown_until = SatAdd(now_, params_.grace);
+      ScheduleAdd(o.cooldown_until, kSchedCooldown, o.id.value);
+    }
+    e.deadline = o.cooldown_until;
+    Emit(e);
+    if (o.in_book) BookErase(o);
+    BookInsert(o, kFlagGang);
+  }
+
+  // The deadline of n has come.
+  void ResolveDeadline(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    LZ_CHECK(s.contested);
+    ScheduleErase(s.deadline, kSchedDeadline, n.value);
+    s.contested = false;
+    uint8_t reasons = s.reasons;
+    s.reasons = 0;
+    uint32_t c = s.challenger;
+    s.challenger = UINT32_MAX;
+    TenantId old = s.holder;
+    if (c != UINT32_MAX && !orders_[c].is_gang() && OutOfMoney(orders_[c], 1)) {
+      CancelOrderInternal(c, CancelReason::kOutOfMoney, /*detached=*/true);
+      c = UINT32_MAX;
+      reasons &= ~kReasonOutbid;
+      if (reasons == 0) {  // Nothing else applies: the holder keeps n.
+        Event e;
+        e.type = EventType::kContestEnded;
+        e.node = n;
+        e.tenant = old;
+        Emit(e);
+        RefreshNode(n);
+        UpdateRate(n);
+        MarkDirty(n);
+        return;
+      }
+    }
+    EndHolding(n);
+    if (c != UINT32_MAX) {
+      Order& o = orders_[c];
+      auto it = std::find(o.claims.begin(), o.claims.end(), n);
+      if (it != o.claims.end()) o.claims.erase(it);
+      if (o.is_gang()) {
+        Event r;
+        r.type = EventType::kReleased;
+        r.node = n;
+        r.tenant = old;
+        r.reasons = reasons;
+        Emit(r);
+        s.order_slot = c;
+        s.decay_from = 0;
+        o.claims.push_back(n);
+        power_dirty_ = true;
+        gangs_to_check_.push_back(c);
+        RefreshNode(n);
+      } else {
+        Event e;
+        e.type = EventType::kTransferred;
+        e.node = n;
+        e.tenant = o.tenant;
+        e.other = old;
+        e.order = o.id;
+        e.price = o.requested;
+        e.reasons = reasons;
+        Emit(e);
+        FillSingle(c, n, /*emit_alloc=*/false);
+      }
+    } else {
+      Event r;
+      r.type = EventType::kReleased;
+      r.node = n;
+      r.tenant = old;
+      r.reasons = reasons;
+      Emit(r);
+      RefreshNode(n);
+    }
+  }
+
+  // ---------------------------------------------------------------- orders
+  bool OutOfMoney(const Order& o, uint32_t nodes) const {
+    const Tenant& t = tenants_[o.tenant.value];
+    __int128 need = static_cast<__int128>(t.need) + static_cast<__int128>(nodes) * GraceCost(o.requested, params_.grace);
+    // Cheap bound first: available >= balance - ceil(A/kH).
+    return static_cast<__int128>(Available(t, now_)) <= need;
+  }
+
+  void RemoveOrderFromTenant(Order& o) {
+    Tenant& t = tenants_[o.tenant.value];
+    t.orders.erase(o.id.value);
+    Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(o.requested) * o.remaining()));
+    t.committed -= rate;
+    t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(o.requested, params_.grace);
+  }
+
+  void ReleaseOrderSlot(uint32_t slot) {
+    Order& o = orders_[slot];
+    if (o.next_clip != kNever) ScheduleErase(o.next_clip, kSchedClip, o.id.value);
+    if (o.cooldown_until > now_) ScheduleErase(o.cooldown_until, kSchedCooldown, o.id.value);
+    if (o.spec.locality != Locality::kAny) {
+      auto range = rel_to_orders_.equal_range(o.spec.rel_to.value);
+      for (auto it = range.first; it != range.second; ++it) {
+        if (it->second == slot) {
+          rel_to_orders_.erase(it);
+          break;
+        }
+      }
+    }
+    order_slot_.erase(o.id.value);
+    o.alive = false;
+    o.claims.clear();
+    o.claims.shrink_to_fit();
+    free_slots_.push_back(slot);
+  }
+
+  // Cancels an open order: withdraws its claims, emits the event.
+  void CancelOrderInternal(uint32_t slot, CancelReason why, bool detached = false) {
+    Order& o = orders_[slot];
+    if (!o.alive) return;
+    BookErase(o);
+    if (o.state == OrderState::kPending && !detached) {
+      std::vector<NodeId> claims;
+      claims.swap(o.claims);
+      for (NodeId n : claims) {
+        NodeState& s = nodes_[n.value];
+        if (s.order_slot == slot) {
+          s.order_slot = UINT32_MAX;
+          power_dirty_ = true;
+          RefreshNode(n);
+        } else if (s.challenger == slot) {
+          s.challenger = UINT32_MAX;
+          RefreshNode(n);
+          UpdateRate(n);
+          MarkDirty(n);
+        }
+      }
+    }
+    o.state = OrderState::kCancelled;
+    RemoveOrderFromTenant(o);
+    Event e;
+    e.type = EventType::kOrderCancelled;
+    e.order = o.id;
+    e.tenant = o.tenant;
+    e.cancel_reason = why;
+    Emit(e);
+    ReleaseOrderSlot(slot);
+  }
+
+  // A single order obtains node n (free): it becomes the holder.
+  void FillSingle(uint32_t slot, NodeId n, bool emit_alloc) {
+    Order& o = orders_[slot];
+    BookErase(o);
+    TenantId tid = o.tenant;
+    Price limit = o.requested;
+    if (emit_alloc) {
+      Event e;
+      e.type = EventType::kAllocated;
+      e.node = n;
+      e.tenant = tid;
+      e.order = o.id;
+      e.price = limit;
+      Emit(e);
+    }
+    RemoveOrderFromTenant(o);
+    o.state = OrderState::kFilled;
+    o.filled = 1;
+    Event f;
+    f.type = EventType::kOrderFilled;
+    f.order = o.id;
+    f.tenant = tid;
+    Emit(f);
+    ReleaseOrderSlot(slot);
+    StartHolding(n, tid, limit);
+    RefreshNode(n);
+  }
+
+  // Clip reference: the k-th lowest obtain price over eligible nodes.
+  Price ClipReference(const Order& o) {
+    if (!o.eff_scope.valid()) return kInfPrice;
+    std::vector<NodeId> chosen;
+    Price p = kInfPrice;
+    for (uint32_t i = 0; i < o.spec.count; ++i) {
+      NodeId n = BestNodeFor(o, false, &chosen);
+      if (!n.valid()) return kInfPrice;
+      chosen.push_back(n);
+      p = Obtain(n);
+    }
+    return p;
+  }
+
+  // Sets effective price and clip schedule after placement or a raise.
+  void ApplyClip(Order& o, Price before_effective) {
+    if (o.next_clip != kNever) {
+      ScheduleErase(o.next_clip, kSchedClip, o.id.value);
+      o.next_clip = kNever;
+    }
+    if (params_.clip_alpha_ppm == 0) {
+      o.effective = o.requested;
+      return;
+    }
+    Price p = ClipReference(o);
+    if (p == kInfPrice) {
+      o.effective = o.requested;
+      return;
+    }
+    Price s = std::max(MulPpmCeil(p, params_.clip_alpha_ppm), params_.tick);
+    o.clip_step = s;
+    o.effective = std::min(o.requested, std::max(SatAdd(p, s), before_effective));
+    if (o.effective < o.requested) {
+      if (params_.clip_interval == 0) {
+        o.effective = o.requested;
+      } else {
+        o.next_clip = SatAdd(now_, params_.clip_interval);
+        ScheduleAdd(o.next_clip, kSchedClip, o.id.value);
+      }
+    }
+  }
+
+  void ClipStep(uint32_t slot) {
+    Order& o = orders_[slot];
+    o.next_clip = kNever;
+    Price eff = std::min(o.requested, SatAdd(o.effective, o.clip_step));
+    if (params_.clip_interval == 0) eff = o.requested;
+    if (eff < o.requested) {
+      o.next_clip = SatAdd(now_, params_.clip_interval);
+      ScheduleAdd(o.next_clip, kSchedClip, o.id.value);
+    }
+    SetEffective(slot, eff, o.seq);
+  }
+
+  // Changes an open order's effective price (and seq), keeping books and contests right.
+  void SetEffective(uint32_t slot, Price eff, uint64_t seq) {
+    Order& o = orders_[slot];
+    if (o.state == OrderState::kPending) {
+      o.effective = eff;
+      o.seq = seq;
+      for (NodeId n : std::vector<NodeId>(o.claims)) {
+        NodeState& s = nodes_[n.value];
+        if (s.challenger == slot) {
+          RefreshNode(n);
+          UpdateRate(n);
+          MarkDirty(n);
+          if (s.contested && ChallengerPrice(s) >= HolderBar(n)) SendNotice(n);  // New price, same deadline.
+        } else if (s.order_slot == slot && EffFloor(n) > eff) {
+          // A floor on a reserved node above the gang's price drops it (handled in review).
+        }
+      }
+      if (o.is_gang()) {
+        for (NodeId n : o.claims) {
+          const NodeState& s = nodes_[n.value];
+          if (s.challenger == slot && eff < HolderBar(n)) {
+            DropGang(slot, /*cooldown=*/true);
+            return;
+          }
+        }
+      }
+      if (!o.is_gang()) candidates_.emplace(-o.effective, o.seq, slot);  // May take a free node.
+      return;
+    }
+    BookReprice(o, eff, seq);
+  }
+
+  // ---------------------------------------------------------------- matching
+  // One matching step: the highest-priority candidate that crosses acts.
+  bool MatchOne() {
+    while (!candidates_.empty()) {
+      auto [neg_price, seq, slot] = *candidates_.begin();
+      candidates_.erase(candidates_.begin());
+      if (slot >= orders_.size()) continue;
+      Order& o = orders_[slot];
+      if (!o.alive || o.effective != -neg_price || o.seq != seq) continue;
+      if (o.state == OrderState::kPending) {
+        if (o.is_gang()) continue;
+        if (TryPendingToFree(slot)) return true;
+        continue;
+      }
+      if (o.state != OrderState::kResting) continue;
+      if (o.is_gang()) {
+        if (TryGang(slot)) return true;
+        continue;
+      }
+      if (TrySingle(slot)) return true;
+    }
+    return false;
+  }
+
+  bool TrySingle(uint32_t slot) {
+    Order& o = orders_[slot];
+    NodeId n = BestNodeFor(o, false);
+    if (!n.valid() || o.effective < Obtain(n)) return false;
+    if (OutOfMoney(o, 1)) {
+      CancelOrderInternal(slot, CancelReason::kOutOfMoney);
+      return true;
+    }
+    NodeState& s = nodes_[n.value];
+    if (!s.holder.valid()) {
+      FillSingle(slot, n, /*emit_alloc=*/true);
+      return true;
+    }
+    // Contest a held node.
+    BookErase(o);
+    o.state = OrderState::kPending;
+    o.claims.push_back(n);
+    BookInsertPending(o);
+    BecomeChallenger(slot, n);
+    return true;
+  }
+
+  // Pending single orders are kept out of the books; they are candidates for free nodes only.
+  void BookInsertPending(Order& o) { candidates_.emplace(-o.effective, o.seq, SlotOf(o)); }
+
+  void BecomeChallenger(uint32_t slot, NodeId n) {
+    NodeState& s = nodes_[n.value];
+    uint32_t prev = s.challenger;
+    s.challenger = slot;
+    if (prev != UINT32_MAX) {
+      Order& p = orders_[prev];
+      auto it = std::find(p.claims.begin(), p.claims.end(), n);
+      if (it != p.claims.end()) p.claims.erase(it);
+      if (p.is_gang()) {
+        DropGang(prev, /*cooldown=*/false);  // Displaced by a higher challenger: no cooldown.
+      } else {
+        p.state = OrderState::kResting;
+        BookInsert(p, 0);
+      }
+    }
+    RefreshNode(n);
+    UpdateRate(n);
+    if (!s.contested) {
+      MarkDirty(n);
+      ReviewNode(n);  // Opens the contest and sends the notice now.
+    } else {
+      s.reasons |= kReasonOutbid;
+      if (s.maint_at != kNever && s.deadline > s.maint_at) SetDeadline(n, std::max(s.maint_at, now_));
+      SendNotice(n);
+    }
+  }
+
+  bool TryPendingToFree(uint32_t slot) {
+    Order& o = orders_[slot];
+    NodeId n = BestNodeFor(o, /*free_only=*/true);
+    if (!n.valid() || o.effective < Obtain(n)) return false;
+    // Withdraw from the contest, then take the free node.
+    LZ_CHECK(o.claims.size() == 1);
+    NodeId contested = o.claims[0];
+    o.claims.clear();
+    NodeState& cs = nodes_[contested.value];
+    if (cs.challenger == slot) {
+      cs.challenger = UINT32_MAX;
+      RefreshNode(contested);
+      UpdateRate(contested);
+      MarkDirty(contested);
+    }
+    o.state = OrderState::kResting;
+    if (OutOfMoney(o, 1)) {
+      CancelOrderInternal(slot, CancelReason::kOutOfMoney);
+      return true;
+    }
+    FillSingle(slot, n, /*emit_alloc=*/true);
+    return true;
+  }
+
+  bool TryGang(uint32_t slot) {
+    Order& o = orders_[slot];
+    bool cooling = o.cooldown_until > now_;
+    std::vector<NodeId> chosen;
+    for (uint32_t i = 0; i < o.spec.count; ++i) {
+      NodeId n = BestNodeFor(o, cooling, &chosen);
+      if (!n.valid() || o.effective < Obtain(n)) return false;
+      chosen.push_back(n);
+    }
+    if (OutOfMoney(o, o.spec.count)) {
+      CancelOrderInternal(slot, CancelReason::kOutOfMoney);
+      return true;
+    }
+    BookErase(o);
+    o.state = OrderState::kPending;
+    for (NodeId n : chosen) {
+      NodeState& s = nodes_[n.value];
+      o.claims.push_back(n);
+      if (!s.holder.valid()) {
+        s.order_slot = slot;
+        s.decay_from = 0;
+        power_dirty_ = true;
+        Event e;
+        e.type = EventType::kReserved;
+        e.node = n;
+        e.tenant = o.tenant;
+        e.order = o.id;
+        Emit(e);
+        RefreshNode(n);
+      } else {
+        BecomeChallenger(slot, n);
+        if (!orders_[slot].alive || orders_[slot].state != OrderState::kPending) return true;
+      }
+    }
+    gangs_to_check_.push_back(slot);
+    return true;
+  }
+
+  // A pending gang whose claims are all reserved gets its nodes.
+  bool CompleteGangs() {
+    bool any = false;
+    std::vector<uint32_t> list;
+    list.swap(gangs_to_check_);
+    for (uint32_t slot : list) {
+      Order& o = orders_[slot];
+      if (!o.alive || o.state != OrderState::kPending || !o.is_gang()) continue;
+      bool all = o.claims.size() == o.spec.count;
+      for (NodeId n : o.claims) all = all && nodes_[n.value].order_slot == slot;
+      if (!all) continue;
+      // A floor above the gang's price on a reserved node drops the gang.
+      bool floor_ok = true;
+      for (NodeId n : o.claims) floor_ok = floor_ok && EffFloor(n) <= o.effective;
+      if (!floor_ok) {
+        DropGang(slot, true);
+        any = true;
+        continue;
+      }
+      std::vector<NodeId> claims = o.claims;
+      TenantId tid = o.tenant;
+      Price limit = o.requested;
+      for (NodeId n : claims) {
+        Event e;
+        e.type = EventType::kAllocated;
+        e.node = n;
+        e.tenant = tid;
+        e.order = o.id;
+        e.price = limit;
+        Emit(e);
+      }
+      o.claims.clear();
+      RemoveOrderFromTenant(o);
+      o.state = OrderState::kFilled;
+      o.filled = o.spec.count;
+      Event f;
+      f.type = EventType::kOrderFilled;
+      f.order = o.id;
+      f.tenant = tid;
+      Emit(f);
+      ReleaseOrderSlot(slot);
+      for (NodeId n : claims) {
+        nodes_[n.value].order_slot = UINT32_MAX;
+        StartHolding(n, tid, limit);
+        RefreshNode(n);
+      }
+      any = true;
+    }
+    return any;
+  }
+
+  // ---------------------------------------------------------------- floors
+  bool PolicyCovers(const Policy& p, NodeId n) const {
+    auto covers = [&](const FloorTarget& t) {
+      if (t.node.valid()) return t.node == n;
+      return topo_.LocationContains(t.location, topo_.node(n).rack);
+    };
+    return std::visit(
+        [&](const auto& s) -> bool {
+          using T = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<T, StaticFloorSpec> || std::is_same_v<T, MaintenanceSpec>) {
+            return covers(s.target);
+          } else if constexpr (std::is_same_v<T, PowerCapSpec>) {
+            return topo_.LocationContains(s.row, topo_.node(n).rack);
+          } else {
+            return topo_.LocationContains(s.location, topo_.node(n).rack);
+          }
+        },
+        p.spec);
+  }
+
+  Price PolicyFloor(const Policy& p, NodeId n) const {
+    return std::visit(
+        [&](const auto& s) -> Price {
+          using T = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<T, StaticFloorSpec>) {
+            return s.price;
+          } else if constexpr (std::is_same_v<T, MaintenanceSpec>) {
+            return (now_ >= p.maint_start && now_ < s.end) ? kInfPrice : 0;
+          } else if constexpr (std::is_same_v<T, PowerCapSpec>) {
+            return p.power_floor;
+          } else {
+            int64_t intensity = 0;
+            for (auto [from, v] : s.series) {
+              if (from <= now_) intensity = v;
+              else break;
+            }
+            __int128 f = static_cast<__int128>(intensity) * topo_.node(n).meta.power_w * s.price_per_tonne;
+            f = (f + 999'999'999) / 1'000'000'000;  // g/kWh x W x per-tonne: ceil to micro-units per hour.
+            return f >= kInfPrice ? kInfPrice : static_cast<Price>(f);
+          }
+        },
+        p.spec);
+  }
+
+  // Maintenance start whose notice phase has begun for n, or kNever.
+  Micros MaintFor(NodeId n) const {
+    Micros best = kNever;
+    for (const Policy& p : policies_) {
+      if (!p.alive) continue;
+      const auto* m = std::get_if<MaintenanceSpec>(&p.spec);
+      if (!m || now_ >= m->end || now_ < SatAdd(p.maint_start, -params_.grace)) continue;
+      if (!PolicyCovers(p, n)) continue;
+      best = std::min(best, p.maint_start);
+    }
+    return best;
+  }
+
+  void RecomputeFloor(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (!s.alive) return;
+    Price f = 0;
+    for (const Policy& p : policies_) {
+      if (p.alive && PolicyCovers(p, n)) f = std::max(f, PolicyFloor(p, n));
+    }
+    Micros maint = MaintFor(n);
+    if (f == s.base_floor && maint == s.maint_at) return;
+    s.base_floor = f;
+    s.maint_at = maint;
+    RefreshNode(n);
+    if (s.holder.valid()) {
+      UpdateRate(n);
+      MarkDirty(n);
+    } else if (s.order_slot != UINT32_MAX) {
+      gangs_to_check_.push_back(s.order_slot);
+    }
+  }
+
+  void RecomputeFloorsUnder(const Policy& p) {
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].alive && PolicyCovers(p, NodeId(i))) RecomputeFloor(NodeId(i));
+    }
+  }
+
+  // Next time a policy's floors change by themselves.
+  Micros PolicyNextChange(const Policy& p) const {
+    return std::visit(
+        [&](const auto& s) -> Micros {
+          using T = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<T, MaintenanceSpec>) {
+            Micros notice = SatAdd(p.maint_start, -params_.grace);
+            for (Micros c : {notice, p.maint_start, s.end}) {
+              if (c > now_) return c;
+            }
+            return kNever;
+          } else if constexpr (std::is_same_v<T, CarbonSpec>) {
+            for (auto [from, v] : s.series) {
+              if (from > now_) return from;
+            }
+            return kNever;
+          } else {
+            return kNever;
+          }
+        },
+        p.spec);
+  }
+
+  void SchedulePolicy(uint32_t id) {
+    Policy& p = policies_[id];
+    ScheduleErase(p.sched, kSchedPolicy, id);
+    p.sched = p.alive ? PolicyNextChange(p) : kNever;
+    ScheduleAdd(p.sched, kSchedPolicy, id);
+  }
+
+  // Re-evaluates power-cap floors from committed power. True if any floor changed.
+  bool EvaluatePower() {
+    if (!power_dirty_) return false;
+    power_dirty_ = false;
+    bool changed = false;
+    for (uint32_t id = 0; id < policies_.size(); ++id) {
+      Policy& p = policies_[id];
+      const auto* pc = std::get_if<PowerCapSpec>(&p.spec);
+      if (!p.alive || !pc) continue;
+      int64_t committed = 0;
+      for (uint32_t i = 0; i < nodes_.size(); ++i) {
+        const NodeState& s = nodes_[i];
+        if (!s.alive || (!s.holder.valid() && s.order_slot == UINT32_MAX)) continue;
+        if (topo_.LocationContains(pc->row, topo_.node(NodeId(i)).rack)) committed += topo_.node(NodeId(i)).meta.power_w;
+      }
+      Ppm util = pc->cap_w > 0 ? static_cast<Ppm>(static_cast<__int128>(committed) * kPpm / pc->cap_w) : kPpm;
+      Price floor = 0;
+      for (auto [threshold, price] : pc->steps) {
+        if (util >= threshold) floor = price;
+      }
+      if (floor != p.power_floor) {
+        p.power_floor = floor;
+        RecomputeFloorsUnder(p);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  // ---------------------------------------------------------------- decay
+  Micros DecayCrossing(uint32_t i) const {
+    const NodeState& s = nodes_[i];
+    if (s.decay_from == 0 || s.holder.valid() || s.order_slot != UINT32_MAX || params_.decay_beta == 0) return kNever;
+    Price eff = EffFloor(NodeId(i));
+    if (eff <= s.base_floor) return kNever;
+    Price x = 0;
+    for (VertexId v = topo_.node(NodeId(i)).leaf; v.valid(); v = V(v).parent) {
+      if (!books_[v.value].empty()) x = std::max(x, books_[v.value].front().price);
+    }
+    if (x < s.base_floor || x >= eff) return kNever;
+    // First t with decay_from - floor(beta * (t - rel) / 1s) <= x.
+    __int128 need = static_cast<__int128>(s.decay_from - x) * kMicrosPerSecond;
+    __int128 d = (need + params_.decay_beta - 1) / params_.decay_beta;
+    __int128 t = s.released_at + d;
+    return t >= kNever ? kNever : static_cast<Micros>(t);
+  }
+
+  Micros NextDecay() const {
+    Micros best = kNever;
+    for (uint32_t i : decaying_) best = std::min(best, DecayCrossing(i));
+    return best;
+  }
+
+  // Refresh keys of decaying free nodes for the current time; drop finished ones.
+  void RefreshDecay() {
+    size_t w = 0;
+    for (size_t r = 0; r < decaying_.size(); ++r) {
+      uint32_t i = decaying_[r];
+      NodeState& s = nodes_[i];
+      bool active = s.alive && s.decay_from > 0 && !s.holder.valid() && s.order_slot == UINT32_MAX;
+      if (active) RefreshNode(NodeId(i));
+      if (active && EffFloor(NodeId(i)) > s.base_floor) {
+        decaying_[w++] = i;
+      } else if (!s.holder.valid()) {
+        s.decay_from = 0;
+      }
+    }
+    decaying_.resize(w);
+  }
+
+  // ---------------------------------------------------------------- price events
+  void TouchVertex(VertexId v) {
+    if (vertex_touched_.size() < topo_.vertex_count()) vertex_touched_.resize(topo_.vertex_count(), 0);
+    if (!vertex_touched_[v.value]) {
+      vertex_touched_[v.value] = 1;
+      touched_vertices_.push_back(v.value);
+    }
+  }
+  void TouchAncestors(VertexId v) {
+    for (; v.valid(); v = V(v).parent) TouchVertex(v);
+  }
+  void EmitPriceChanges() {
+    if (last_quote_.size() < topo_.vertex_count()) last_quote_.resize(topo_.vertex_count(), kInfPrice);
+    std::sort(touched_vertices_.begin(), touched_vertices_.end());
+    for (uint32_t v : touched_vertices_) {
+      vertex_touched_[v] = 0;
+      Price q = QuoteOf(VertexId(v));
+      if (q != last_quote_[v]) {
+        last_quote_[v] = q;
+        Event e;
+        e.type = EventType::kPriceChanged;
+        e.vertex = VertexId(v);
+        e.price = q;
+        Emit(e);
+      }
+    }
+    touched_vertices_.clear();
+  }
+
+  Price QuoteOf(VertexId v) {
+    EnsureIndex();
+    const TypeIndex& ix = index_[V(v).type.value];
+    auto [lo, hi] = topo_.Range(v);
+    auto none = [](uint32_t) { return false; };
+    uint32_t leaf = FindBest(ix, lo, hi, none);
+    return leaf == UINT32_MAX ? kInfPrice : ix.obtain[leaf];
+  }
+
+  // ---------------------------------------------------------------- the instant
+  // Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").
+  void RunInstant() {
+    for (int round = 0;; ++round) {
+      bool changed = false;
+      // Contest validity and notices.
+      while (!dirty_nodes_.empty()) {
+        uint32_t n = dirty_nodes_.back();
+        dirty_nodes_.pop_back();
+        node_dirty_flag_[n] = 0;
+        changed |= ReviewNode(NodeId(n));
+      }
+      // One due deadline.
+      if (!sched_.empty() && sched_.begin()->time <= now_) {
+        auto it = std::find_if(sched_.begin(), sched_.end(),
+                               [&](const SchedKey& k) { return k.time > now_ || k.kind == kSchedDeadline; });
+        if (it != sched_.end() && it->time <= now_ && it->kind == kSchedDeadline) {
+          ResolveDeadline(NodeId(static_cast<uint32_t>(it->id)));
+          continue;
+        }
+      }
+      if (CompleteGangs()) continue;
+      // Exhaustion.
+      if (!exhaust_dirty_.empty()) {
+        std::vector<uint32_t> list;
+        list.swap(exhaust_dirty_);
+        for (uint32_t t : list) exhaust_flag_[t] = 0;
+        for (uint32_t t : list) {
+          changed |= ReviewExhaustion(t);
+          RescheduleExhaustion(t);
+        }
+        if (changed) continue;
+      }
+      if (MatchOne()) continue;
+      if (changed) continue;
+      // Floors depend on committed power; evaluated outside matching passes.
+      if (EvaluatePower()) continue;
+      break;
+    }
+  }
+
+  // Applies timed work due exactly at now_ (other than deadlines, handled in RunInstant).
+  void RunDue() {
+    // Clip steps first.
+    std::vector<SchedKey> due;
+    for (auto it = sched_.begin(); it != sched_.end() && it->time <= now_;) {
+      if (it->kind != kSchedDeadline) {
+        due.push_back(*it);
+        it = sched_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::stable_sort(due.begin(), due.end(), [](const SchedKey& a, const SchedKey& b) {
+      return (a.kind == kSchedClip) > (b.kind == kSchedClip);
+    });
+    for (const SchedKey& k : due) {
+      switch (k.kind) {
+        case kSchedClip: {
+          auto it = order_slot_.find(k.id);
+          if (it != order_slot_.end() && orders_[it->second].next_clip == k.time) ClipStep(it->second);
+          break;
+        }
+        case kSchedHoldExpiry: {
+          NodeState& s = nodes_[k.id];
+          if (s.hold_scheduled && s.holder.valid() && s.held_since + params_.min_hold <= now_) {
+            s.hold_scheduled = false;
+            RefreshNode(NodeId(static_cast<uint32_t>(k.id)));
+          } else if (s.hold_scheduled && s.holder.valid()) {
+            // min_hold changed: re-arm at the new expiry.
+            ScheduleAdd(s.held_since + params_.min_hold, kSchedHoldExpiry, k.id);
+          }
+          break;
+        }
+        case kSchedPolicy: {
+          Policy& p = policies_[k.id];
+          p.sched = kNever;
+          if (p.alive) {
+            RecomputeFloorsUnder(p);
+            SchedulePolicy(static_cast<uint32_t>(k.id));
+          }
+          break;
+        }
+        case kSchedExhaust: {
+          Tenant& t = tenants_[k.id];
+          t.exhaust_sched = kNever;
+          if (!t.exhausted && ExhaustedAt(t, now_)) {
+            MarkExhaustDirty(TenantId(static_cast<uint32_t>(k.id)));
+          } else if (!t.exhausted && !t.nodes.empty()) {
+            // The lower bound was early: find the exact crossing by bisection.
+            Micros hi = now_ + 1;
+            while (hi < kNever / 2 && !ExhaustedAt(t, hi)) {
+              Micros step = (hi - now_) * 2;
+              hi = now_ + step;
+            }
+            if (hi < kNever / 2) {
+              Micros lo = now_;
+              while (hi - lo > 1) {
+                Micros mid = lo + (hi - lo) / 2;
+                (ExhaustedAt(t, mid) ? hi : lo) = mid;
+              }
+              t.exhaust_sched = hi;
+              ScheduleAdd(hi, kSchedExhaust, k.id);
+            }
+          }
+          break;
+        }
+        case kSchedCooldown: {
+          auto it = order_slot_.find(k.id);
+          if (it != order_slot_.end()) {
+            Order& o = orders_[it->second];
+            candidates_.emplace(-o.effective, o.seq, it->second);
+          }
+          break;
+        }
+        case kSchedDecay:
+          break;
+      }
+    }
+    RefreshDecay();
+  }
+
+  Micros NextTime() const {
+    Micros t = sched_.empty() ? kNever : sched_.begin()->time;
+    return std::min(t, NextDecay());
+  }
+
+  Status AdvanceTo(Micros t) {
+    if (t < now_) {
+      return OutOfRange("time: " + std::to_string(t) + " is before the engine's time " + std::to_string(now_));
+    }
+    while (true) {
+      Micros next = NextTime();
+      if (next > t) break;
+      if (next > now_) now_ = next;
+      RunDue();
+      RunInstant();
+      if (NextTime() <= now_) {
+        // Anything still due at now_ would loop forever; it must have been consumed.
+        LZ_CHECK(sched_.empty() || sched_.begin()->time > now_ || sched_.begin()->kind == kSchedDeadline);
+        if (!sched_.empty() && sched_.begin()->time <= now_) continue;
+        if (NextDecay() <= now_) RefreshDecay();
+        if (NextDecay() <= now_) break;
+      }
+    }
+    if (t > now_) {
+      now_ = t;
+      RefreshDecay();
+      RunInstant();
+    }
+    return Status::Ok();
+  }
+
+  // Every public mutating call: advance to t, then run `op`, then settle the instant.
+  template <typename F>
+  auto Call(Micros t, F&& op) -> decltype(op()) {
+    Status s = AdvanceTo(t);
+    if (!s.ok()) {
+      Flush();
+      return s;
+    }
+    auto r = op();
+    RunInstant();
+    Flush();
+    return r;
+  }
+
+  // ---------------------------------------------------------------- validation
+  Status CheckPrice(Price p, const char* field) const {
+    if (p < 0) return InvalidArgument(std::string(field) + ": must not be negative");
+    if (p == kInfPrice) return InvalidArgument(std::string(field) + ": must be finite");
+    return Status::Ok();
+  }
+  Status CheckTenant(TenantId t) const {
+    if (!t.valid() || t.value >= tenants_.size()) return NotFound("tenant: no tenant with id " + Num(t.value));
+    return Status::Ok();
+  }
+  Status CheckNode(NodeId n) const {
+    if (!n.valid() || n.value >= nodes_.size() || !nodes_[n.value].alive) return NotFound("node: no live node with id " + Num(n.value));
+    return Status::Ok();
+  }
+
+  // Budget test (rule 7), applied when the committed rate increases.
+  Status CheckBudget(const Tenant& t, __int128 add_rate, __int128 add_need) const {
+    if (add_rate <= 0) return Status::Ok();
+    __int128 committed = static_cast<__int128>(t.committed) + add_rate;
+    if (t.max_rate != kInfPrice && committed > t.max_rate) {
+      return ResourceExhausted("price: committed rate " + std::to_string(static_cast<int64_t>(std::min<__int128>(committed, kInfPrice))) +
+                               " would exceed the tenant's max_rate " + std::to_string(t.max_rate));
+    }
+    __int128 need = static_cast<__int128>(t.committed_need) + add_need;
+    if (static_cast<__int128>(Available(t, now_)) <= need) {
+      return ResourceExhausted("price: balance " + std::to_string(Available(t, now_)) +
+                               " does not cover the committed rate for one grace period (" +
+                               std::to_string(static_cast<int64_t>(std::min<__int128>(need, kInfPrice))) + ")");
+    }
+    return Status::Ok();
+  }
+
+  Result<OrderId> Place(TenantId tid, const OrderSpec& spec) {
+    LZ_RETURN_IF_ERROR(CheckTenant(tid));
+    LZ_RETURN_IF_ERROR(CheckPrice(spec.price, "price"));
+    if (!spec.scope.valid() || spec.scope.value >= topo_.vertex_count()) {
+      return NotFound("scope: no vertex with id " + Num(spec.scope.value));
+    }
+    if (spec.count < 1) return InvalidArgument("count: must be at least 1");
+    const auto& sv = V(spec.scope);
+    if (sv.level == Level::kNode && !topo_.IsLiveNode(sv.node)) return NotFound("scope: node " + Num(sv.node.value) + " was removed");
+    EnsureIndex();
+    auto [lo, hi] = topo_.Range(spec.scope);
+    if (spec.count > hi - lo) {
+      return InvalidArgument("count: gang of " + Num(spec.count) + " is larger than its vertex (" + Num(hi - lo) + " nodes)");
+    }
+    if (sv.level == Level::kNode && nodes_[sv.node.value].holder == tid) {
+      return FailedPrecondition("scope: the tenant already holds node " + topo_.node(sv.node).name);
+    }
+    VertexId eff = spec.scope;
+    if (spec.locality != Locality::kAny) {
+      LZ_RETURN_IF_ERROR(CheckNode(spec.rel_to));
+      if (nodes_[spec.rel_to.value].holder != tid) {
+        return FailedPrecondition("rel_to: the tenant does not hold node " + topo_.node(spec.rel_to).name);
+      }
+      Level lvl = static_cast<Level>(static_cast<uint8_t>(spec.locality));  // kSameRegion=1 .. kSameRack=4.
+      LocationId loc = topo_.AncestorAt(topo_.node(spec.rel_to).rack, lvl);
+      VertexId lv = topo_.VertexAt(sv.type, loc);
+      if (!lv.valid()) {
+        eff = VertexId();
+      } else if (topo_.VertexContains(spec.scope, lv)) {
+        eff = lv;
+      } else if (!topo_.VertexContains(lv, spec.scope)) {
+        eff = VertexId();
+      }
+    } else if (spec.rel_to.valid()) {
+      return InvalidArgument("rel_to: only allowed with a locality constraint");
+    }
+    Tenant& t = tenants_[tid.value];
+    __int128 add_rate = static_cast<__int128>(spec.price) * spec.count;
+    __int128 add_need = static_cast<__int128>(spec.count) * GraceCost(spec.price, params_.grace);
+    LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
+
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(orders_.size());
+      orders_.emplace_back();
+    }
+    Order& o = orders_[slot];
+    o = Order();
+    o.id = OrderId(next_order_id_++);
+    o.tenant = tid;
+    o.spec = spec;
+    o.type = sv.type;
+    o.eff_scope = eff;
+    o.requested = spec.price;
+    o.seq = next_seq_++;
+    o.state = OrderState::kResting;
+    order_slot_.emplace(o.id.value, slot);
+    t.orders.insert(o.id.value);
+    t.committed = static_cast<Price>(std::min<__int128>(kInfPrice, t.committed + add_rate));
+    t.committed_need = static_cast<Money>(std::min<__int128>(kInfPrice, t.committed_need + add_need));
+    if (spec.locality != Locality::kAny) rel_to_orders_.emplace(spec.rel_to.value, slot);
+    ApplyClip(o, 0);
+    BookInsert(o, o.is_gang() ? kFlagGang : 0);
+    return o.id;
+  }
+
+  Result<uint32_t> FindOwnOrder(TenantId tid, OrderId id) const {
+    LZ_RETURN_IF_ERROR(CheckTenant(tid));
+    auto it = order_slot_.find(id.value);
+    if (it == order_slot_.end()) return NotFound("order: no open order with id " + Num(id.value));
+    if (orders_[it->second].tenant != tid) return PermissionDenied("order: order " + Num(id.value) + " belongs to another tenant");
+    return it->second;
+  }
+
+  Status Update(TenantId tid, OrderId id, Price price) {
+    LZ_ASSIGN_OR_RETURN(uint32_t slot, FindOwnOrder(tid, id));
+    LZ_RETURN_IF_ERROR(CheckPrice(price, "price"));
+    Order& o = orders_[slot];
+    Tenant& t = tenants_[tid.value];
+    __int128 rem = o.remaining();
+    __int128 add_rate = (static_cast<__int128>(price) - o.requested) * rem;
+    __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(o.requested, params_.grace));
+    LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
+    t.committed = static_cast<Price>(t.committed + add_rate);
+    t.committed_need = static_cast<Money>(t.committed_need + add_need);
+    if (price > o.requested) {
+      o.requested = price;
+      Price before = o.effective;
+      uint64_t seq = next_seq_++;
+      // Clip from the current effective price; the order gets a new sequence number.
+      Price eff_before = o.effective;
+      ApplyClip(o, eff_before);
+      Price eff = o.effective;
+      o.effective = before;
+      SetEffective(slot, eff, seq);
+    } else if (price < o.requested) {
+      o.requested = price;
+      if (o.effective > price) {
+        if (o.next_clip != kNever) {
+          ScheduleErase(o.next_clip, kSchedClip, o.id.value);
+          o.next_clip = kNever;
+        }
+        SetEffective(slot, price, o.seq);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status SetLimitImpl(TenantId tid, NodeId n, Price limit) {
+    LZ_RETURN_IF_ERROR(CheckTenant(tid));
+    LZ_RETURN_IF_ERROR(CheckNode(n));
+    LZ_RETURN_IF_ERROR(CheckPrice(limit, "limit"));
+    NodeState& s = nodes_[n.value];
+    if (s.holder != tid) return PermissionDenied("node: the tenant does not hold node " + topo_.node(n).name);
+    Tenant& t = tenants_[tid.value];
+    Money old_cost = GraceCost(s.limit, params_.grace), new_cost = GraceCost(limit, params_.grace);
+    LZ_RETURN_IF_ERROR(CheckBudget(t, static_cast<__int128>(limit) - s.limit, new_cost - old_cost));
+    if (limit == s.limit) return Status::Ok();
+    t.committed += limit - s.limit;
+    t.committed_need += new_cost - old_cost;
+    t.need += new_cost - old_cost;
+    s.limit = limit;
+    RefreshNode(n);
+    UpdateRate(n);
+    if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
+    if (limit < s.limit || true) {
+      // Lowering may let a resting order cross; RefreshNode already queued candidates.
+    }
+    MarkExhaustDirty(tid);
+    return Status::Ok();
+  }
+
+  Status RelinquishImpl(TenantId tid, NodeId n) {
+    LZ_RETURN_IF_ERROR(CheckTenant(tid));
+    LZ_RETURN_IF_ERROR(CheckNode(n));
+    NodeState& s = nodes_[n.value];
+    if (s.holder != tid) return PermissionDenied("node: the tenant does not hold node " + topo_.node(n).name);
+    uint32_t c = s.challenger;
+    uint8_t reasons = s.reasons | kReasonRelinquish;
+    if (c != UINT32_MAX) {
+      // The node moves at once to the pending challenger (or stays reserved for its gang).
+      s.challenger = UINT32_MAX;
+      if (s.contested) ScheduleErase(s.deadline, kSchedDeadline, n.value);
+      s.contested = false;
+      s.reasons = 0;
+      EndHolding(n);
+      Order& o = orders_[c];
+      auto it = std::find(o.claims.begin(), o.claims.end(), n);
+      if (it != o.claims.end()) o.claims.erase(it);
+      if (o.is_gang()) {
+        Event r;
+        r.type = EventType::kReleased;
+        r.node = n;
+        r.tenant = tid;
+        r.reasons = reasons;
+        Emit(r);
+        s.order_slot = c;
+        s.decay_from = 0;
+        o.claims.push_back(n);
+        gangs_to_check_.push_back(c);
+        RefreshNode(n);
+      } else {
+        Event e;
+        e.type = EventType::kTransferred;
+        e.node = n;
+        e.tenant = o.tenant;
+        e.other = tid;
+        e.order = o.id;
+        e.price = o.requested;
+        e.reasons = reasons;
+        Emit(e);
+        FillSingle(c, n, false);
+      }
+      return Status::Ok();
+    }
+    EndHolding(n);
+    Event r;
+    r.type = EventType::kReleased;
+    r.node = n;
+    r.tenant = tid;
+    r.reasons = reasons;
+    Emit(r);
+    RefreshNode(n);
+    return Status::Ok();
+  }
+};
+
+// ==================================================================== facade
+
+MarketEngine::MarketEngine(MarketParams params, EngineOptions options)
+    : impl_(std::make_unique<Impl>(params, options)) {}
+MarketEngine::~MarketEngine() = default;
+
+void MarketEngine::set_sink(EventSink* sink) { impl_->sink_ = sink; }
+
+Status MarketEngine::Advance(Micros t) {
+  return impl_->Call(t, [] { return Status::Ok(); });
+}
+Micros MarketEngine::now() const { return impl_->now_; }
+Micros MarketEngine::NextEventTime() const { return impl_->NextTime(); }
+
+Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Result<NodeId> {
+    LZ_ASSIGN_OR_RETURN(NodeId n, m.topo_.AddNode(info));
+    m.nodes_.emplace_back();
+    m.books_.resize(m.topo_.vertex_count());
+    NodeState& s = m.nodes_[n.value];
+    s.alive = true;
+    Event e;
+    e.type = EventType::kNodeAdded;
+    e.node = n;
+    m.Emit(e);
+    m.RecomputeFloor(n);
+    // The index is rebuilt lazily; the new node may let resting orders cross.
+    m.AddCandidatesAbove(n, m.Obtain(n));
+    return n;
+  });
+}
+
+Status MarketEngine::RemoveNode(Micros t, NodeId node) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status {
+    LZ_RETURN_IF_ERROR(m.CheckNode(node));
+    const NodeState& s = m.nodes_[node.value];
+    if (s.holder.valid() || s.order_slot != UINT32_MAX) {
+      return FailedPrecondition("node: " + m.topo_.node(node).name + " is held or reserved; drain it first");
+    }
+    LZ_RETURN_IF_ERROR(m.topo_.RemoveNode(node));
+    m.nodes_[node.value].alive = false;
+    // Orders scoped to this node alone can never be filled.
+    VertexId leaf = m.topo_.node(node).leaf;
+    std::vector<uint32_t> gone;
+    for (const BookEntry& e : m.books_[leaf.value]) gone.push_back(e.slot);
+    for (uint32_t slot : gone) m.CancelOrderInternal(slot, CancelReason::kScopeGone);
+    Event e;
+    e.type = EventType::kNodeRemoved;
+    e.node = node;
+    m.Emit(e);
+    return Status::Ok();
+  });
+}
+
+Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status {
+    LZ_RETURN_IF_ERROR(ValidateParams(params));
+    MarketParams old = m.params_;
+    m.params_ = params;
+    if (old.grace != params.grace) {
+      // Grace costs of every limit and open order change.
+      for (uint32_t i = 0; i < m.tenants_.size(); ++i) {
+        Tenant& t = m.tenants_[i];
+        t.need = 0;
+        t.committed_need = 0;
+        for (NodeId n : t.nodes) t.need += GraceCost(m.nodes_[n.value].limit, params.grace);
+        t.committed_need = t.need;
+        for (uint64_t id : t.orders) {
+          const Order& o = m.orders_[m.order_slot_.at(id)];
+          t.committed_need += static_cast<Money>(o.remaining()) * GraceCost(o.requested, params.grace);
+        }
+        m.MarkExhaustDirty(TenantId(i));
+      }
+      for (uint32_t id = 0; id < m.policies_.size(); ++id) m.SchedulePolicy(id);
+    }
+    if (old.min_hold != params.min_hold) {
+      for (uint32_t i = 0; i < m.nodes_.size(); ++i) {
+        NodeState& s = m.nodes_[i];
+        if (!s.holder.valid()) continue;
+        if (s.hold_scheduled) m.ScheduleErase(s.held_since + old.min_hold, kSchedHoldExpiry, i);
+        s.hold_scheduled = params.min_hold > 0 && s.held_since + params.min_hold > m.now_;
+        if (s.hold_scheduled) m.ScheduleAdd(s.held_since + params.min_hold, kSchedHoldExpiry, i);
+      }
+    }
+    if (old.clip_interval != params.clip_interval && params.clip_interval == 0) {
+      // Steps already set stand; at that step the order is lifted to its requested price.
+    }
+    // Obtain prices, bars and rates depend on h, tick, decay and min hold: refresh every node.
+    m.index_generation_ = UINT64_MAX;
+    m.EnsureIndex();
+    for (uint32_t i = 0; i < m.nodes_.size(); ++i) {
+      if (!m.nodes_[i].alive) continue;
+      m.AddCandidatesAbove(NodeId(i), m.Obtain(NodeId(i)));
+      if (m.nodes_[i].holder.valid()) {
+        m.UpdateRate(NodeId(i));
+        m.MarkDirty(NodeId(i));
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Result<PolicyId> {
+    auto check_target = [&](const FloorTarget& tg) -> Status {
+      if (tg.node.valid() == tg.location.valid()) return InvalidArgument("target: exactly one of node or location");
+      if (tg.node.valid()) return m.CheckNode(tg.node);
+      if (tg.location.value >= m.topo_.location_count()) return NotFound("target: no location with id " + Num(tg.location.value));
+      return Status::Ok();
+    };
+    Policy p;
+    p.spec = spec;
+    if (const auto* s = std::get_if<StaticFloorSpec>(&spec)) {
+      LZ_RETURN_IF_ERROR(check_target(s->target));
+      if (s->price < 0) return InvalidArgument("price: must not be negative");
+    } else if (const auto* s = std::get_if<MaintenanceSpec>(&spec)) {
+      LZ_RETURN_IF_ERROR(check_target(s->target));
+      if (s->end <= s->start) return InvalidArgument("end: must be after start");
+      if (s->end <= m.now_) return InvalidArgument("end: maintenance window is already over");
+      // A window that starts sooner than one grace period from now starts then:
+      // every holder gets the full grace (rule 10).
+      p.maint_start = std::max(s->start, SatAdd(m.now_, m.params_.grace));
+      if (p.maint_start >= s->end) return InvalidArgument("end: window ends before one grace period from now");
+    } else if (const auto* s = std::get_if<PowerCapSpec>(&spec)) {
+      if (!s->row.valid() || s->row.value >= m.topo_.location_count() ||
+          m.topo_.location(s->row).level != Level::kRow) {
+        return InvalidArgument("row: not a row location");
+      }
+      if (s->cap_w <= 0) return InvalidArgument("cap_w: must be positive");
+      Ppm last = -1;
+      for (auto [th, price] : s->steps) {
+        if (th <= last) return InvalidArgument("steps: thresholds must be strictly ascending");
+        if (th < 0) return InvalidArgument("steps: thresholds must not be negative");
+        if (price < 0) return InvalidArgument("steps: prices must not be negative");
+        last = th;
+      }
+      m.power_dirty_ = true;
+    } else if (const auto* s = std::get_if<CarbonSpec>(&spec)) {
+      if (!s->location.valid() || s->location.value >= m.topo_.location_count()) {
+        return NotFound("location: no location with id " + Num(s->location.value));
+      }
+      if (s->price_per_tonne < 0) return InvalidArgument("price_per_tonne: must not be negative");
+      Micros last = std::numeric_limits<Micros>::min();
+      for (auto [from, v] : s->series) {
+        if (from <= last) return InvalidArgument("series: times must be strictly ascending");
+        if (v < 0) return InvalidArgument("series: intensity must not be negative");
+        last = from;
+      }
+    }
+    uint32_t id = static_cast<uint32_t>(m.policies_.size());
+    m.policies_.push_back(std::move(p));
+    m.RecomputeFloorsUnder(m.policies_[id]);
+    m.SchedulePolicy(id);
+    return PolicyId(id);
+  });
+}
+
+Status MarketEngine::RemovePolicy(Micros t, PolicyId id) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status {
+    if (!id.valid() || id.value >= m.policies_.size() || !m.policies_[id.value].alive) {
+      return NotFound("policy: no policy with id " + Num(id.value));
+    }
+    Policy& p = m.policies_[id.value];
+    p.alive = false;
+    m.SchedulePolicy(id.value);
+    m.RecomputeFloorsUnder(p);
+    return Status::Ok();
+  });
+}
+
+Result<TenantId> MarketEngine::CreateTenant(Micros t, std::string name, Money balance, Price max_rate) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Result<TenantId> {
+    if (name.empty()) return InvalidArgument("name: must not be empty");
+    if (m.tenant_by_name_.count(name)) return AlreadyExists("name: tenant '" + name + "' already exists");
+    if (balance < 0) return InvalidArgument("balance: must not be negative");
+    if (max_rate < 0) return InvalidArgument("max_rate: must not be negative");
+    TenantId id(static_cast<uint32_t>(m.tenants_.size()));
+    m.tenants_.emplace_back();
+    Tenant& tn = m.tenants_.back();
+    tn.name = name;
+    tn.balance = balance;
+    tn.deposited = balance;
+    tn.max_rate = max_rate;
+    m.totals_.deposited += balance;
+    m.tenant_by_name_.emplace(std::move(name), id);
+    return id;
+  });
+}
+
+Status MarketEngine::Deposit(Micros t, TenantId tenant, Money amount) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status {
+    LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));
+    if (amount <= 0) return InvalidArgument("amount: must be positive");
+    Tenant& tn = m.tenants_[tenant.value];
+    if (tn.balance > kInfPrice - amount) return InvalidArgument("amount: balance would overflow");
+    tn.balance += amount;
+    tn.deposited += amount;
+    m.totals_.deposited += amount;
+    m.MarkExhaustDirty(tenant);
+    return Status::Ok();
+  });
+}
+
+Status MarketEngine::SetMaxRate(Micros t, TenantId tenant, Price max_rate) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status {
+    LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));
+    if (max_rate < 0) return InvalidArgument("max_rate: must not be negative");
+    m.tenants_[tenant.value].max_rate = max_rate;
+    return Status::Ok();
+  });
+}
+
+Result<OrderId> MarketEngine::PlaceOrder(Micros t, TenantId tenant, const OrderSpec& spec) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Result<OrderId> { return m.Place(tenant, spec); });
+}
+
+Status MarketEngine::UpdateOrder(Micros t, TenantId tenant, OrderId order, Price price) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status { return m.Update(tenant, order, price); });
+}
+
+Status MarketEngine::CancelOrder(Micros t, TenantId tenant, OrderId order) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status {
+    LZ_ASSIGN_OR_RETURN(uint32_t slot, m.FindOwnOrder(tenant, order));
+    m.CancelOrderInternal(slot, CancelReason::kByTenant);
+    return Status::Ok();
+  });
+}
+
+Status MarketEngine::SetLimit(Micros t, TenantId tenant, NodeId node, Price limit) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status { return m.SetLimitImpl(tenant, node, limit); });
+}
+
+Status MarketEngine::Relinquish(Micros t, TenantId tenant, NodeId node) {
+  Impl& m = *impl_;
+  return m.Call(t, [&]() -> Status { return m.RelinquishImpl(tenant, node); });
+}
+
+const topology::Topology& MarketEngine::topology() const { return impl_->topo_; }
+const MarketParams& MarketEngine::params() const { return impl_->params_; }
+
+Result<VertexQuote> MarketEngine::Quote(VertexId v, bool with_depth) const {
+  Impl& m = *impl_;
+  if (!v.valid() || v.value >= m.topo_.vertex_count()) return NotFound("vertex: no vertex with id " + Num(v.value));
+  VertexQuote q;
+  q.vertex = v;
+  m.EnsureIndex();
+  const auto& ix = m.index_[m.V(v).type.value];
+  auto [lo, hi] = m.topo_.Range(v);
+  q.quote = m.QuoteOf(v);
+  for (uint32_t i = lo; i < hi; ++i) {
+    const NodeState& s = m.nodes_[ix.leaf_node[i].value];
+    ++q.total;
+    if (s.order_slot != UINT32_MAX) ++q.reserved;
+    else if (!s.holder.valid()) ++q.free;
+    else if (s.contested) ++q.contested;
+    else ++q.held;
+  }
+  if (with_depth) {
+    std::map<Price, uint32_t, std::greater<>> levels;
+    for (uint32_t vi = 0; vi < m.books_.size(); ++vi) {
+      if (m.books_[vi].empty() || !m.topo_.VertexContains(v, VertexId(vi))) continue;
+      for (const BookEntry& e : m.books_[vi]) {
+        if (!e.flags) ++levels[e.price];
+      }
+    }
+    q.depth.assign(levels.begin(), levels.end());
+  }
+  return q;
+}
+
+Result<EvictionQuote> MarketEngine::GetEvictionQuote(TenantId tenant, NodeId node) const {
+  const Impl& m = *impl_;
+  LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));
+  LZ_RETURN_IF_ERROR(m.CheckNode(node));
+  const NodeState& s = m.nodes_[node.value];
+  if (s.holder != tenant) return PermissionDenied("node: the tenant does not hold node " + m.topo_.node(node).name);
+  EvictionQuote q;
+  q.node = node;
+  q.holder = tenant;
+  q.limit = s.limit;
+  q.competing = m.Competing(node);
+  q.floor = m.Floor(node);
+  q.obtain = m.Obtain(node);
+  q.pays = s.rate;
+  q.contested = s.contested;
+  q.deadline = s.contested ? s.deadline : 0;
+  q.reasons = s.contested ? s.reasons : 0;
+  return q;
+}
+
+Result<NodeView> MarketEngine::GetNode(NodeId node) const {
+  const Impl& m = *impl_;
+  if (!node.valid() || node.value >= m.nodes_.size()) return NotFound("node: no node with id " + Num(node.value));
+  const NodeState& s = m.nodes_[node.value];
+  NodeView v;
+  v.id = node;
+  v.holder = s.holder;
+  v.limit = s.limit;
+  v.held_since = s.holder.valid() ? s.held_since : 0;
+  v.floor = s.alive ? m.Floor(node) : 0;
+  if (!s.alive) v.status = NodeStatus::kRemoved;
+  else if (s.order_slot != UINT32_MAX) {
+    v.status = NodeStatus::kReserved;
+    v.reserved_for = m.orders_[s.order_slot].id;
+  } else if (!s.holder.valid()) v.status = NodeStatus::kFree;
+  else v.status = s.contested ? NodeStatus::kContested : NodeStatus::kHeld;
+  return v;
+}
+
+Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
+  const Impl& m = *impl_;
+  auto it = m.order_slot_.find(order.value);
+  if (it == m.order_slot_.end()) return NotFound("order: no open order with id " + Num(order.value));
+  const Order& o = m.orders_[it->second];
+  OrderView v;
+  v.id = o.id;
+  v.tenant = o.tenant;
+  v.spec = o.spec;
+  v.effective_scope = o.eff_scope;
+  v.effective_price = o.effective;
+  v.state = o.state;
+  v.seq = o.seq;
+  v.filled = o.filled;
+  v.cooldown_until = o.cooldown_until;
+  v.claims = o.claims;
+  return v;
+}
+
+Result<TenantView> MarketEngine::GetTenant(TenantId tenant) const {
+  const Impl& m = *impl_;
+  LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));
+  const Tenant& t = m.tenants_[tenant.value];
+  TenantView v;
+  v.id = tenant;
+  v.name = t.name;
+  v.balance = t.balance;
+  v.max_rate = t.max_rate;
+  v.committed_rate = t.committed;
+  for (NodeId n : t.nodes) v.spend_rate = SatAdd(v.spend_rate, m.nodes_[n.value].rate);
+  v.paid = t.paid;
+  v.waived = t.waived;
+  v.exhausted = t.exhausted;
+  v.nodes = t.nodes;
+  std::sort(v.nodes.begin(), v.nodes.end());
+  for (uint64_t id : t.orders) v.orders.push_back(OrderId(id));
+  return v;
+}
+
+size_t MarketEngine::tenant_count() const { return impl_->tenants_.size(); }
+
+Result<TenantId> MarketEngine::FindTenant(std::string_view name) const {
+  auto it = impl_->tenant_by_name_.find(std::string(name));
+  if (it == impl_->tenant_by_name_.end()) return NotFound("tenant: no tenant named '" + std::string(name) + "'");
+  return it->second;
+}
+
+Result<Money> MarketEngine::AvailableBalance(TenantId tenant) const {
+  LZ_RETURN_IF_ERROR(impl_->CheckTenant(tenant));
+  return impl_->Available(impl_->tenants_[tenant.value], impl_->now_);
+}
+
+std::span<const LedgerEntry> MarketEngine::ledger() const { return impl_->ledger_; }
+
+LedgerTotals MarketEngine::ledger_totals() const {
+  LedgerTotals t = impl_->totals_;
+  t.tenant_balances = 0;
+  for (const Tenant& tn : impl_->tenants_) t.tenant_balances += tn.balance;
+  return t;
+}
+
+Money MarketEngine::UnsettledCharges() const {
+  Money sum = 0;
+  for (const Tenant& t : impl_->tenants_) sum += impl_->Accrued(t, impl_->now_);
+  return sum;
+}
+
+size_t MarketEngine::resting_order_count() const {
+  size_t n = 0;
+  for (const auto& b : impl_->books_) n += b.size();
+  return n + impl_->unmatchable_.size();
+}
+
+std::vector<OrderId> MarketEngine::OpenOrders() const {
+  std::vector<OrderId> ids;
+  for (const auto& [id, slot] : impl_->order_slot_) ids.push_back(OrderId(id));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+}  // namespace laissez::market

@@ -1,0 +1,253 @@
+#include "market/market_engine.h"
+
+#include <gtest/gtest.h>
+
+#include "market/operation.h"
+
+namespace laissez::market {
+namespace {
+
+constexpr Micros kSec = kMicrosPerSecond;
+constexpr Price kUnit = kMicroUnits;  // One unit of money per hour.
+
+struct Recorder : EventSink {
+  std::vector<Event> events;
+  void OnEvents(std::span<const Event> e) override { events.insert(events.end(), e.begin(), e.end()); }
+  int Count(EventType t) const {
+    int n = 0;
+    for (const Event& e : events) n += e.type == t;
+    return n;
+  }
+};
+
+topology::NodeInfo Node(std::string name, std::string type, std::string rack = "k1", std::string row = "r1") {
+  return topology::NodeInfo{std::move(name), std::move(type), "eu", "eu-1a", std::move(row), std::move(rack), {8, 640, 1000}};
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MarketParams p;
+    p.grace = 60 * kSec;
+    engine_ = std::make_unique<MarketEngine>(p);
+    engine_->set_sink(&rec_);
+  }
+  NodeId Add(std::string name, std::string type = "h100", std::string rack = "k1") {
+    auto r = engine_->AddNode(0, Node(std::move(name), std::move(type), std::move(rack)));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return *r;
+  }
+  TenantId Tenant(std::string name, Money balance = 1'000'000 * kUnit) {
+    auto r = engine_->CreateTenant(engine_->now(), std::move(name), balance);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return *r;
+  }
+  VertexId Vx(std::string_view name) { return *engine_->topology().FindVertex(name); }
+  NodeView NodeAt(NodeId n) { return *engine_->GetNode(n); }
+
+  std::unique_ptr<MarketEngine> engine_;
+  Recorder rec_;
+};
+
+TEST_F(EngineTest, FreeNodeIsAllocatedAtOnceAndOrderFilled) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a");
+  auto o = engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 5 * kUnit});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(NodeAt(n).holder, a);
+  EXPECT_EQ(NodeAt(n).limit, 5 * kUnit);
+  EXPECT_EQ(rec_.Count(EventType::kAllocated), 1);
+  EXPECT_FALSE(engine_->GetOrder(*o).ok());  // Filled orders are no longer open.
+}
+
+TEST_F(EngineTest, OutbidGivesNoticeThenTransfersAtDeadline) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(kSec, b, OrderSpec{Vx("n1"), 9 * kUnit}).ok());
+  EXPECT_EQ(NodeAt(n).holder, a);
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kContested);
+  ASSERT_EQ(rec_.Count(EventType::kNotice), 1);
+  // A pays the second price: the pending challenger's 9.
+  auto q = engine_->GetEvictionQuote(a, n);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->pays, 5 * kUnit);  // Never more than its limit.
+  EXPECT_EQ(q->deadline, 61 * kSec);
+  ASSERT_TRUE(engine_->Advance(61 * kSec - 1).ok());
+  EXPECT_EQ(NodeAt(n).holder, a);
+  ASSERT_TRUE(engine_->Advance(61 * kSec).ok());
+  EXPECT_EQ(NodeAt(n).holder, b);
+  EXPECT_EQ(NodeAt(n).limit, 9 * kUnit);
+  EXPECT_EQ(rec_.Count(EventType::kTransferred), 1);
+}
+
+TEST_F(EngineTest, HolderRaisingInsideGraceKeepsTheNode) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  auto ob = engine_->PlaceOrder(kSec, b, OrderSpec{Vx("n1"), 9 * kUnit});
+  ASSERT_TRUE(ob.ok());
+  ASSERT_TRUE(engine_->SetLimit(2 * kSec, a, n, 9 * kUnit).ok());  // Ties go to the incumbent.
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kHeld);
+  EXPECT_EQ(rec_.Count(EventType::kContestEnded), 1);
+  ASSERT_TRUE(engine_->Advance(200 * kSec).ok());
+  EXPECT_EQ(NodeAt(n).holder, a);
+  auto order = engine_->GetOrder(*ob);
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(order->state, OrderState::kResting);
+  auto q = engine_->GetEvictionQuote(a, n);
+  EXPECT_EQ(q->competing, 9 * kUnit);
+  EXPECT_EQ(q->pays, 9 * kUnit);
+}
+
+TEST_F(EngineTest, EarlyRelinquishMovesTheNodeAtOnce) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(kSec, b, OrderSpec{Vx("n1"), 9 * kUnit}).ok());
+  ASSERT_TRUE(engine_->Relinquish(3 * kSec, a, n).ok());
+  EXPECT_EQ(NodeAt(n).holder, b);
+}
+
+TEST_F(EngineTest, ChargesAreSecondPriceAndMoneyIsConserved) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 10 * kUnit}).ok());
+  // b rests below a's obtain price: competing demand 4.
+  ASSERT_TRUE(engine_->PlaceOrder(0, b, OrderSpec{Vx("h100"), 4 * kUnit}).ok());
+  EXPECT_EQ(engine_->GetEvictionQuote(a, n)->pays, 4 * kUnit);
+  ASSERT_TRUE(engine_->Relinquish(kMicrosPerHour, a, n).ok());
+  // a paid 4 for one hour; then b took the free node at its floor 0.
+  EXPECT_EQ(engine_->GetTenant(a)->paid, 4 * kUnit);
+  EXPECT_EQ(NodeAt(n).holder, b);
+  auto t = engine_->ledger_totals();
+  EXPECT_EQ(t.deposited, t.tenant_balances + t.operator_revenue);
+}
+
+TEST_F(EngineTest, OwnNodesAreNeverEligibleForOwnOrders) {
+  Add("n1");
+  TenantId a = Tenant("a");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 5 * kUnit}).ok());
+  EXPECT_EQ(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 50 * kUnit}).status().code(), StatusCode::kFailedPrecondition);
+  auto o = engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 50 * kUnit});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(engine_->GetOrder(*o)->state, OrderState::kResting);
+}
+
+TEST_F(EngineTest, BadInputIsRejectedAndLeavesStateUnchanged) {
+  Add("n1");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  EXPECT_EQ(engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), -1}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), kInfPrice}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->PlaceOrder(0, TenantId(99), OrderSpec{Vx("h100"), 1}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->PlaceOrder(0, a, OrderSpec{VertexId(999), 1}).status().code(), StatusCode::kNotFound);
+  auto gang = engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 1, 2});
+  EXPECT_EQ(gang.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(gang.status().message().find("count"), std::string::npos);
+  auto o = engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 1 * kUnit});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(engine_->CancelOrder(0, b, *o).code(), StatusCode::kNotFound);  // Filled already.
+  EXPECT_EQ(engine_->Relinquish(0, b, NodeId(0)).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->SetLimit(0, a, NodeId(0), -5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(NodeAt(NodeId(0)).limit, 1 * kUnit);
+  EXPECT_EQ(engine_->Advance(-1).code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(EngineTest, GangIsAllOrNothing) {
+  Add("n1", "h100", "k1");
+  Add("n2", "h100", "k1");
+  Add("n3", "h100", "k2");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 10 * kUnit}).ok());
+  // Gang of 3 at 5: n1 held at 10 cannot be obtained at 5, so nothing moves.
+  auto g = engine_->PlaceOrder(0, b, OrderSpec{Vx("h100"), 5 * kUnit, 3});
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(NodeAt(NodeId(1)).status, NodeStatus::kFree);
+  EXPECT_EQ(NodeAt(NodeId(2)).status, NodeStatus::kFree);
+  // Raising to 20 reserves the free ones and contests n1.
+  ASSERT_TRUE(engine_->UpdateOrder(kSec, b, *g, 20 * kUnit).ok());
+  EXPECT_EQ(NodeAt(NodeId(1)).status, NodeStatus::kReserved);
+  EXPECT_EQ(NodeAt(NodeId(0)).status, NodeStatus::kContested);
+  ASSERT_TRUE(engine_->Advance(kSec + 60 * kSec).ok());
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(NodeAt(NodeId(i)).holder, b) << i;
+}
+
+TEST_F(EngineTest, FloorAboveLimitReclaimsAfterGrace) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  FloorTarget tgt;
+  tgt.node = n;
+  ASSERT_TRUE(engine_->AddPolicy(kSec, StaticFloorSpec{tgt, 8 * kUnit}).ok());
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kContested);
+  ASSERT_TRUE(engine_->Advance(61 * kSec).ok());
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kFree);
+}
+
+TEST_F(EngineTest, MaintenanceNoticesOneGraceBeforeStart) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  FloorTarget tgt;
+  tgt.node = n;
+  ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
+  ASSERT_TRUE(engine_->Advance(940 * kSec - 1).ok());
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kHeld);
+  ASSERT_TRUE(engine_->Advance(940 * kSec).ok());
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kContested);
+  ASSERT_TRUE(engine_->Advance(1000 * kSec).ok());
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kFree);
+  EXPECT_EQ(NodeAt(n).floor, kInfPrice);
+  ASSERT_TRUE(engine_->Advance(2000 * kSec).ok());
+  EXPECT_EQ(NodeAt(n).floor, 0);
+}
+
+TEST_F(EngineTest, SplittingAdvanceDoesNotChangeTheLedger) {
+  auto run = [](std::vector<Micros> steps) {
+    MarketParams p;
+    p.grace = 60 * kSec;
+    MarketEngine e(p);
+    EXPECT_TRUE(e.AddNode(0, Node("n1", "h100")).ok());
+    TenantId a = *e.CreateTenant(0, "a", 1000 * kUnit);
+    TenantId b = *e.CreateTenant(0, "b", 1000 * kUnit);
+    EXPECT_TRUE(e.PlaceOrder(0, a, OrderSpec{*e.topology().FindVertex("n1"), 7 * kUnit}).ok());
+    EXPECT_TRUE(e.PlaceOrder(3, b, OrderSpec{*e.topology().FindVertex("n1"), 3 * kUnit + 1}).ok());
+    for (Micros t : steps) EXPECT_TRUE(e.Advance(t).ok());
+    EXPECT_TRUE(e.Relinquish(e.now(), a, NodeId(0)).ok());
+    return std::vector<LedgerEntry>(e.ledger().begin(), e.ledger().end());
+  };
+  auto one = run({10 * kMicrosPerHour});
+  auto many = run({7, 12345, kMicrosPerHour, 3 * kMicrosPerHour + 5, 10 * kMicrosPerHour});
+  EXPECT_EQ(one, many);
+  ASSERT_FALSE(one.empty());
+}
+
+TEST_F(EngineTest, ExhaustionNoticesNodesBeforeTheMoneyRunsOut) {
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a", 100 * kUnit);
+  FloorTarget tgt;
+  tgt.node = n;
+  ASSERT_TRUE(engine_->AddPolicy(0, StaticFloorSpec{tgt, 10 * kUnit}).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 10 * kUnit}).ok());
+  ASSERT_EQ(NodeAt(n).holder, a);
+  // Pays 10/h from 100: exhausted when the balance no longer covers one grace (60 s) at 10/h.
+  ASSERT_TRUE(engine_->Advance(20 * kMicrosPerHour).ok());
+  EXPECT_EQ(rec_.Count(EventType::kExhausted), 1);
+  EXPECT_EQ(NodeAt(n).status, NodeStatus::kFree);
+  auto t = engine_->GetTenant(a);
+  EXPECT_GE(t->balance, 0);
+  EXPECT_EQ(t->waived, 0);
+  auto tot = engine_->ledger_totals();
+  EXPECT_EQ(tot.deposited, tot.tenant_balances + tot.operator_revenue);
+}
+
+TEST_F(EngineTest, ApplyRunsOperationsAsData) {
+  Operation op{0, OpAddNode{Node("n9", "l4")}};
+  ApplyResult r = Apply(*engine_, op);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.created_id, 0u);
+  EXPECT_EQ(OpName(op.body), "add_node");
+}
+
+}  // namespace
+}  // namespace laissez::market
