@@ -1,0 +1,217 @@
+// EconAdapter: the tenant-side SDK (paper §4, DESIGN.md §2). The tenant
+// describes the nodes it wants as `Request`s and writes one pricing callback,
+// `PricingStrategy::Price(NodeSpec, OrderBookView)`. The adapter calls it for
+// every node the tenant wants (the answer is a bid) and every node it holds
+// (the answer is the retention limit), and places, updates or withdraws orders
+// and limits with the results.
+//
+// When Price() runs. Adds, removes, resizes, the tenant's own market events
+// (allocation, notice, release, cancellation) and market updates (price
+// changes routed to the adapter) only mark the adapter dirty; the driver calls
+// `Reprice()` at most once per market tick for a dirty adapter (CLARIFICATIONS
+// "Simulator load"), so a burst of engine operations costs one round of
+// Price() calls, not one per operation. A driver that wants time-dependent
+// strategies (urgency) re-priced periodically marks the adapter dirty on a timer.
+//
+// What Reprice() does, per request:
+// - For each held node: limit = Price(spec with `held` = node). No answer
+//   (nullopt) relinquishes the node; a new answer calls SetLimit. Unchanged
+//   answers make no call.
+// - For the missing nodes (count - held): each option is priced; the adapter
+//   bids on the option with the largest surplus (bid - quote), preferring an
+//   option it can obtain now, then the earlier option. While the request holds
+//   nodes, only the held nodes' option is considered (one request, one
+//   hardware type) and the locality constraint is anchored on a held node. A
+//   gang request places the missing nodes as one all-or-nothing order. An
+//   existing order on the same option is updated in place (price only);
+//   switching options cancels and re-places. No answer for any option cancels.
+//
+// Ownership: the client, strategy and listener are not owned and must outlive
+// the adapter. Thread-safety: none.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+#include "market/types.h"
+#include "sdk/market_client.h"
+
+namespace laissez::sdk {
+
+// The node a tenant wants or holds (the paper's NodeSpec{NodeType, Locality,
+// RelTo, Meta}; `location`, `held` and `count` are ours).
+struct NodeSpec {
+  std::string node_type;                              // Hardware type, e.g. "h100x8".
+  market::Locality locality = market::Locality::kAny; // Relative to `rel_to`.
+  NodeId rel_to;                                      // A node the tenant holds; invalid: the adapter
+                                                      // anchors on one of the request's held nodes.
+  std::map<std::string, std::string> meta;            // Free-form tenant data for its strategy.
+  std::string location;                               // Optional location path narrowing the scope ("eu/eu-1a").
+  // Filled by the adapter when it calls Price():
+  NodeId held;         // Valid: the tenant holds this node and Price() answers its retention limit.
+  uint32_t count = 1;  // Nodes wanted at this spec in this call (gangs: the missing nodes).
+};
+
+// What a strategy may read while pricing one NodeSpec. Reads go to the
+// client lazily and are cached for the duration of one Price() call, so a
+// strategy pays only for what it reads.
+class OrderBookView {
+ public:
+  OrderBookView(MarketClient* client, VertexId scope, NodeId held, Price current_limit,
+                uint32_t request_held, uint32_t request_count);
+
+  Micros now() const;
+  VertexId scope() const { return scope_; }
+  // Lowest obtain price of a node at the scope (kInfPrice if none can be obtained).
+  Price quote() const;
+  uint32_t free_count() const;
+  const market::VertexQuote& vertex_quote() const;
+  // The quote at another vertex by name ("a100x8", "h100x8/eu/eu-1a"); kInfPrice if unknown.
+  Price QuoteOf(std::string_view vertex_name) const;
+
+  // For a held node (`held().valid()`):
+  NodeId held() const { return held_; }
+  Price current_limit() const { return current_limit_; }
+  // Null if no node is held or the read failed.
+  const market::EvictionQuote* eviction() const;
+
+  // Nodes the request holds and wants in total.
+  uint32_t request_held() const { return request_held_; }
+  uint32_t request_count() const { return request_count_; }
+  // Money left if all holdings were settled now (0 on a failed read).
+  Money balance() const;
+
+ private:
+  MarketClient* client_;
+  VertexId scope_;
+  NodeId held_;
+  Price current_limit_;
+  uint32_t request_held_, request_count_;
+  mutable std::optional<market::VertexQuote> quote_;
+  mutable std::optional<market::EvictionQuote> eviction_;
+  mutable bool eviction_read_ = false;
+  mutable std::optional<Money> balance_;
+};
+
+// The tenant's pricing callback. Return the price per node per hour; nullopt
+// means "do not want": withdraw the bid, or relinquish the held node.
+class PricingStrategy {
+ public:
+  virtual ~PricingStrategy() = default;
+  virtual std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) = 0;
+};
+
+using RequestId = uint64_t;
+
+// "I want `count` nodes of one of these kinds."
+struct Request {
+  std::vector<NodeSpec> options;  // Alternatives in order of preference; at least one.
+  uint32_t count = 1;
+  bool gang = true;  // Missing nodes are placed as one all-or-nothing order.
+};
+
+// What the adapter reports to the tenant's code. Every method has a no-op default.
+class AdapterListener {
+ public:
+  virtual ~AdapterListener() = default;
+  virtual void OnNodeGained(RequestId, NodeId, Price /*limit*/) {}
+  // The node is gone (outbid at the deadline, floor, maintenance, exhaustion or relinquished).
+  virtual void OnNodeLost(RequestId, NodeId, uint8_t /*reasons*/) {}
+  // The tenant may lose the node at `deadline` unless it raises its limit above `price`.
+  virtual void OnNotice(RequestId, NodeId, Micros /*deadline*/, Price /*price*/, uint8_t /*reasons*/) {}
+  virtual void OnContestEnded(RequestId, NodeId) {}
+  virtual void OnOrderCancelled(RequestId, market::CancelReason) {}
+  virtual void OnCharged(NodeId, Money /*amount*/) {}
+};
+
+// Counters for tests, benchmarks and reports.
+struct AdapterStats {
+  uint64_t reprices = 0, price_calls = 0;
+  uint64_t orders_placed = 0, orders_updated = 0, orders_cancelled = 0;
+  uint64_t limits_set = 0, relinquished = 0, rejected = 0;
+};
+
+class EconAdapter {
+ public:
+  struct HeldNode {
+    NodeId node;
+    Price limit = 0;
+    bool contested = false;
+    Micros deadline = 0;
+  };
+  struct OpenOrder {
+    OrderId id;
+    uint32_t count = 1;   // Nodes the order asks for (> 1: a gang).
+    uint32_t filled = 0;  // Nodes obtained so far.
+    Price price = 0;
+  };
+  struct RequestState {
+    Request request;
+    std::vector<HeldNode> nodes;   // In acquisition order.
+    int option = -1;               // Index of the option held or bid on; -1: none.
+    std::vector<OpenOrder> orders; // Open orders for the missing nodes (one gang, or singles).
+  };
+
+  EconAdapter(MarketClient* client, PricingStrategy* strategy, AdapterListener* listener = nullptr);
+
+  // Adds a request (INVALID_ARGUMENT if it has no option, a zero count or an
+  // unknown node type). Marks the adapter dirty.
+  Result<RequestId> Add(Request request);
+  // Cancels the request's order and relinquishes its nodes.
+  Status Remove(RequestId id);
+  // Changes the wanted count; shrinking below the held count relinquishes the
+  // most recently acquired nodes first.
+  Status Resize(RequestId id, uint32_t count);
+  // Relinquishes one held node now (e.g. after a checkpoint inside the grace
+  // window); the request still wants it, so Reprice() bids for a replacement.
+  Status Yield(RequestId id, NodeId node);
+
+  // The tenant's events from the transport. Updates holdings and orders,
+  // calls the listener, marks the adapter dirty. Events of other tenants are ignored.
+  void OnEvents(std::span<const market::Event> events);
+  void MarkDirty() { dirty_ = true; }
+  bool dirty() const { return dirty_; }
+  // Runs Price() for every wanted and held node and applies the results
+  // (see the file comment). Clears the dirty flag. Returns the first error of
+  // a call the market rejected; the other requests are still processed.
+  Status Reprice();
+
+  const RequestState* request(RequestId id) const;
+  std::optional<RequestId> RequestOf(NodeId node) const;
+  uint32_t held_count() const;
+  const AdapterStats& stats() const { return stats_; }
+  MarketClient& client() { return *client_; }
+
+ private:
+  Status RepriceRequest(RequestId id, RequestState& rs);
+  Result<VertexId> ScopeOf(const NodeSpec& spec);
+  Status CancelAll(RequestState& rs);
+  Status CancelOne(RequestState& rs, size_t index);
+  Status Place(RequestId id, RequestState& rs, const NodeSpec& spec, VertexId scope, uint32_t count, Price price);
+  void ApplyEvent(const market::Event& e);
+  void LoseNode(NodeId node, uint8_t reasons);
+
+  MarketClient* client_;
+  PricingStrategy* strategy_;
+  AdapterListener* listener_;
+  bool dirty_ = true;
+  RequestId next_id_ = 1;
+  std::map<RequestId, RequestState> requests_;  // Ordered: deterministic pricing order.
+  std::unordered_map<uint64_t, RequestId> order_owner_;  // OrderId.value -> request.
+  std::unordered_map<uint32_t, RequestId> node_owner_;   // NodeId.value -> request.
+  std::unordered_map<std::string, VertexId> scope_cache_;
+  AdapterStats stats_;
+  // Events that arrive while Reprice() is calling the market (an in-process
+  // engine delivers them synchronously) wait here until it is done.
+  bool in_reprice_ = false;
+  std::vector<market::Event> deferred_;
+};
+
+}  // namespace laissez::sdk

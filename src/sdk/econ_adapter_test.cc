@@ -1,0 +1,191 @@
+#include "sdk/econ_adapter.h"
+
+#include <gtest/gtest.h>
+
+#include "sdk/fake_market_client.h"
+#include "sdk/strategies.h"
+
+namespace laissez::sdk {
+namespace {
+
+constexpr Price kUnit = kMicroUnits;
+
+market::Event Alloc(TenantId t, OrderId o, NodeId n, Price p) {
+  market::Event e;
+  e.type = market::EventType::kAllocated;
+  e.tenant = t;
+  e.order = o;
+  e.node = n;
+  e.price = p;
+  return e;
+}
+
+class RecordingListener : public AdapterListener {
+ public:
+  void OnNodeGained(RequestId, NodeId n, Price) override { gained.push_back(n.value); }
+  void OnNodeLost(RequestId, NodeId n, uint8_t) override { lost.push_back(n.value); }
+  void OnNotice(RequestId, NodeId n, Micros, Price, uint8_t) override { notices.push_back(n.value); }
+  std::vector<uint32_t> gained, lost, notices;
+};
+
+class EconAdapterTest : public ::testing::Test {
+ protected:
+  EconAdapterTest() {
+    client_.vertices["h100"] = 1;
+    client_.vertices["a100"] = 2;
+    client_.quotes[1] = 12 * kUnit;
+    client_.quotes[2] = 3 * kUnit;
+  }
+  Request TwoOptions(uint32_t count, bool gang = true) {
+    Request r;
+    NodeSpec h, a;
+    h.node_type = "h100";
+    a.node_type = "a100";
+    r.options = {h, a};
+    r.count = count;
+    r.gang = gang;
+    return r;
+  }
+  FakeMarketClient client_;
+  ThroughputValue value_{10 * kUnit, {{"h100", kPpm}, {"a100", 500'000}}};
+  RecordingListener listener_;
+};
+
+TEST_F(EconAdapterTest, RejectsEmptyOrUnknownRequests) {
+  EconAdapter a(&client_, &value_);
+  EXPECT_EQ(a.Add(Request{}).status().code(), StatusCode::kInvalidArgument);
+  Request zero = TwoOptions(0);
+  EXPECT_EQ(a.Add(zero).status().code(), StatusCode::kInvalidArgument);
+  Request unknown = TwoOptions(1);
+  unknown.options[0].node_type = "tpu";
+  EXPECT_EQ(a.Add(unknown).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(EconAdapterTest, BidsOnTheObtainableOptionWithTheLargestSurplusAsOneGang) {
+  EconAdapter a(&client_, &value_);
+  auto id = a.Add(TwoOptions(4));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  // h100 is worth 10 but costs 12 (not obtainable); a100 is worth 5 at 3.
+  ASSERT_EQ(client_.calls.size(), 1u);
+  EXPECT_EQ(client_.calls[0].op, "place");
+  EXPECT_EQ(client_.calls[0].scope, VertexId(2));
+  EXPECT_EQ(client_.calls[0].count, 4u);
+  EXPECT_EQ(client_.calls[0].price, 5 * kUnit);
+  EXPECT_FALSE(a.dirty());
+  // Repricing with nothing changed makes no call.
+  a.MarkDirty();
+  ASSERT_TRUE(a.Reprice().ok());
+  EXPECT_EQ(client_.calls.size(), 1u);
+}
+
+TEST_F(EconAdapterTest, SwitchesOptionWhenPricesMove) {
+  EconAdapter a(&client_, &value_);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  client_.quotes[1] = 4 * kUnit;  // h100 now leaves 6 of surplus, a100 2.
+  a.MarkDirty();
+  ASSERT_TRUE(a.Reprice().ok());
+  ASSERT_EQ(client_.calls.size(), 3u);
+  EXPECT_EQ(client_.calls[1].op, "cancel");
+  EXPECT_EQ(client_.calls[2].op, "place");
+  EXPECT_EQ(client_.calls[2].scope, VertexId(1));
+}
+
+TEST_F(EconAdapterTest, TracksHoldingsFromEventsAndSetsRetentionLimits) {
+  MigrationAware::Params p;
+  p.overhead = 6 * 60 * kMicrosPerSecond;
+  MigrationAware strategy(std::make_unique<ThroughputValue>(value_), p);
+  EconAdapter a(&client_, &strategy, &listener_);
+  auto id = a.Add(TwoOptions(2));
+  ASSERT_TRUE(a.Reprice().ok());
+  OrderId order(client_.calls[0].id);
+  market::Event events[] = {Alloc(client_.tenant(), order, NodeId(5), 5 * kUnit),
+                            Alloc(client_.tenant(), order, NodeId(6), 5 * kUnit),
+                            Alloc(TenantId(99), OrderId(1), NodeId(7), kUnit)};
+  a.OnEvents(events);
+  EXPECT_EQ(listener_.gained, (std::vector<uint32_t>{5, 6}));
+  EXPECT_EQ(a.held_count(), 2u);
+  EXPECT_EQ(a.RequestOf(NodeId(6)), *id);
+  EXPECT_TRUE(a.request(*id)->orders.empty());
+  EXPECT_TRUE(a.dirty());
+  client_.calls.clear();
+  ASSERT_TRUE(a.Reprice().ok());
+  // Held nodes get value + 10% (0.1 h of overhead per hour): 5.5 each.
+  ASSERT_EQ(client_.calls.size(), 2u);
+  EXPECT_EQ(client_.calls[0].op, "limit");
+  EXPECT_EQ(client_.calls[0].price, 5'500'000);
+
+  // Losing one node makes the adapter bid for one replacement of the same type.
+  market::Event rel;
+  rel.type = market::EventType::kReleased;
+  rel.tenant = client_.tenant();
+  rel.node = NodeId(6);
+  rel.reasons = market::kReasonOutbid;
+  a.OnEvents({&rel, 1});
+  EXPECT_EQ(listener_.lost, (std::vector<uint32_t>{6}));
+  client_.calls.clear();
+  client_.quotes[1] = 1;  // h100 is now far better, but the request is on a100.
+  ASSERT_TRUE(a.Reprice().ok());
+  ASSERT_EQ(client_.calls.size(), 1u);
+  EXPECT_EQ(client_.calls[0].op, "place");
+  EXPECT_EQ(client_.calls[0].scope, VertexId(2));
+  EXPECT_EQ(client_.calls[0].count, 1u);
+}
+
+TEST_F(EconAdapterTest, NonGangRequestsPlaceOneOrderPerMissingNodeAndShrinkOnResize) {
+  EconAdapter a(&client_, &value_, &listener_);
+  auto id = a.Add(TwoOptions(3, /*gang=*/false));
+  ASSERT_TRUE(a.Reprice().ok());
+  ASSERT_EQ(client_.calls.size(), 3u);
+  for (const auto& c : client_.calls) EXPECT_EQ(c.count, 1u);
+  market::Event e = Alloc(client_.tenant(), OrderId(client_.calls[0].id), NodeId(1), 5 * kUnit);
+  a.OnEvents({&e, 1});
+  EXPECT_EQ(a.request(*id)->orders.size(), 2u);
+  // Shrinking to one: the two open orders are cancelled on the next reprice.
+  ASSERT_TRUE(a.Resize(*id, 1).ok());
+  client_.calls.clear();
+  ASSERT_TRUE(a.Reprice().ok());
+  int cancels = 0;
+  for (const auto& c : client_.calls) cancels += c.op == "cancel";
+  EXPECT_EQ(cancels, 2);
+  // Shrinking below the held count relinquishes.
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  EXPECT_EQ(a.Resize(*id, 0).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(EconAdapterTest, WithdrawsWhenTheStrategyWantsNothing) {
+  FunctionStrategy none([](const NodeSpec&, const OrderBookView&) { return std::optional<Price>(); });
+  EconAdapter a(&client_, &none);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  EXPECT_TRUE(client_.calls.empty());
+}
+
+TEST_F(EconAdapterTest, ReportsRejectedOrdersAndKeepsGoing) {
+  client_.reject_orders = true;
+  EconAdapter a(&client_, &value_);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  Status s = a.Reprice();
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.stats().rejected, 1u);
+  EXPECT_FALSE(a.dirty());
+}
+
+TEST_F(EconAdapterTest, NoticesReachTheListener) {
+  EconAdapter a(&client_, &value_, &listener_);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  market::Event e = Alloc(client_.tenant(), OrderId(client_.calls[0].id), NodeId(3), 5 * kUnit);
+  a.OnEvents({&e, 1});
+  market::Event n;
+  n.type = market::EventType::kNotice;
+  n.tenant = client_.tenant();
+  n.node = NodeId(3);
+  n.deadline = 120 * kMicrosPerSecond;
+  a.OnEvents({&n, 1});
+  EXPECT_EQ(listener_.notices, (std::vector<uint32_t>{3}));
+}
+
+}  // namespace
+}  // namespace laissez::sdk

@@ -1,0 +1,104 @@
+#include "sdk/strategies.h"
+
+#include <algorithm>
+
+namespace laissez::sdk {
+namespace {
+
+// value x ppm / 1e6, rounded down, saturating.
+laissez::Price Scale(laissez::Price value, Ppm ppm) {
+  if (value == kInfPrice) return kInfPrice;
+  __int128 r = static_cast<__int128>(value) * ppm / kPpm;
+  if (r >= kInfPrice) return kInfPrice;
+  if (r < 0) return 0;
+  return static_cast<laissez::Price>(r);
+}
+
+}  // namespace
+
+std::unique_ptr<PricingStrategy> OnDemandLike(laissez::Price high) { return std::make_unique<FixedValue>(high); }
+std::unique_ptr<PricingStrategy> SpotLike(laissez::Price low) { return std::make_unique<FixedValue>(low); }
+
+ThroughputValue::ThroughputValue(laissez::Price value_per_hour, std::unordered_map<std::string, Ppm> speed_ppm)
+    : value_per_hour_(value_per_hour), speed_ppm_(std::move(speed_ppm)) {}
+
+std::optional<laissez::Price> ThroughputValue::ValueOf(const std::string& type) const {
+  auto it = speed_ppm_.find(type);
+  if (it == speed_ppm_.end() || it->second <= 0) return std::nullopt;
+  return Scale(value_per_hour_, it->second);
+}
+
+std::optional<laissez::Price> ThroughputValue::Price(const NodeSpec& spec, const OrderBookView&) {
+  return ValueOf(spec.node_type);
+}
+
+BudgetCapped::BudgetCapped(std::unique_ptr<PricingStrategy> inner, laissez::Price max_per_node, Micros horizon)
+    : inner_(std::move(inner)), max_per_node_(max_per_node), horizon_(horizon) {}
+
+std::optional<laissez::Price> BudgetCapped::Price(const NodeSpec& spec, const OrderBookView& book) {
+  std::optional<laissez::Price> p = inner_->Price(spec, book);
+  if (!p) return p;
+  laissez::Price cap = max_per_node_;
+  if (horizon_ > 0) {
+    // What the balance sustains per node per hour over the horizon.
+    uint32_t nodes = std::max<uint32_t>(1, book.request_count());
+    __int128 sustain = static_cast<__int128>(std::max<Money>(0, book.balance())) * kMicrosPerHour /
+                       (static_cast<__int128>(horizon_) * nodes);
+    if (sustain < cap) cap = static_cast<laissez::Price>(sustain);
+  }
+  return std::min(*p, cap);
+}
+
+DeadlineUrgency::DeadlineUrgency(std::unique_ptr<PricingStrategy> inner, Params params)
+    : inner_(std::move(inner)), p_(std::move(params)) {}
+
+Ppm DeadlineUrgency::FactorAt(Micros now) const {
+  if (p_.deadline == kNever) return p_.relaxed_ppm;
+  Micros remaining = p_.remaining ? p_.remaining() : 0;
+  if (remaining <= 0) return p_.relaxed_ppm;
+  Micros left = p_.deadline - now;
+  if (left <= remaining) return p_.urgent_ppm;
+  // slack in ppm = left / remaining.
+  __int128 slack = static_cast<__int128>(left) * kPpm / remaining;
+  if (slack >= p_.relaxed_slack_ppm) return p_.relaxed_ppm;
+  // Linear from urgent (slack 1) to relaxed (slack relaxed_slack).
+  __int128 span = p_.relaxed_slack_ppm - kPpm;
+  if (span <= 0) return p_.relaxed_ppm;
+  __int128 f = p_.urgent_ppm + (static_cast<__int128>(p_.relaxed_ppm) - p_.urgent_ppm) * (slack - kPpm) / span;
+  return static_cast<Ppm>(f);
+}
+
+std::optional<laissez::Price> DeadlineUrgency::Price(const NodeSpec& spec, const OrderBookView& book) {
+  std::optional<laissez::Price> p = inner_->Price(spec, book);
+  if (!p) return p;
+  return Scale(*p, FactorAt(book.now()));
+}
+
+LocalityAware::LocalityAware(std::unique_ptr<PricingStrategy> inner, Ppm bonus_ppm)
+    : inner_(std::move(inner)), bonus_ppm_(bonus_ppm) {}
+
+std::optional<laissez::Price> LocalityAware::Price(const NodeSpec& spec, const OrderBookView& book) {
+  std::optional<laissez::Price> p = inner_->Price(spec, book);
+  if (!p || spec.held.valid()) return p;
+  if (spec.locality == market::Locality::kAny || !spec.rel_to.valid()) return p;
+  return Scale(*p, kPpm + bonus_ppm_);
+}
+
+MigrationAware::MigrationAware(std::unique_ptr<PricingStrategy> inner, Params params)
+    : inner_(std::move(inner)), p_(std::move(params)) {}
+
+laissez::Price MigrationAware::Premium(laissez::Price value) const {
+  if (value == kInfPrice || p_.amortization <= 0) return 0;
+  Micros cost_time = p_.overhead + (p_.uncommitted ? std::max<Micros>(0, p_.uncommitted()) : 0);
+  __int128 premium = static_cast<__int128>(value) * cost_time / p_.amortization;
+  if (premium >= kInfPrice) return kInfPrice;
+  return static_cast<laissez::Price>(premium);
+}
+
+std::optional<laissez::Price> MigrationAware::Price(const NodeSpec& spec, const OrderBookView& book) {
+  std::optional<laissez::Price> p = inner_->Price(spec, book);
+  if (!p || !spec.held.valid()) return p;
+  return SatAdd(*p, Premium(*p));
+}
+
+}  // namespace laissez::sdk

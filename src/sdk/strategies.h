@@ -1,0 +1,146 @@
+// Ready pricing strategies for the EconAdapter. Each is a `PricingStrategy`;
+// the decorators (budget cap, urgency, locality, migration) wrap another
+// strategy and adjust its answer, so a tenant composes what it needs:
+//
+//   auto value = std::make_unique<ThroughputValue>(values_per_type);
+//   auto urgent = std::make_unique<DeadlineUrgency>(std::move(value), params);
+//   BudgetCapped strategy(std::move(urgent), max_per_node);
+//
+// All prices are per node per hour in micro-units. A strategy never returns
+// a negative price; nullopt means "do not want" (withdraw or relinquish).
+// Thread-safety: none.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "sdk/econ_adapter.h"
+
+namespace laissez::sdk {
+
+// Any callable as a strategy.
+class FunctionStrategy final : public PricingStrategy {
+ public:
+  using Fn = std::function<std::optional<laissez::Price>(const NodeSpec&, const OrderBookView&)>;
+  explicit FunctionStrategy(Fn fn) : fn_(std::move(fn)) {}
+  std::optional<laissez::Price> Price(const NodeSpec& s, const OrderBookView& b) override { return fn_(s, b); }
+
+ private:
+  Fn fn_;
+};
+
+// The same price for every node, wanted or held.
+class FixedValue final : public PricingStrategy {
+ public:
+  explicit FixedValue(laissez::Price price) : price_(price) {}
+  std::optional<laissez::Price> Price(const NodeSpec&, const OrderBookView&) override { return price_; }
+
+ private:
+  laissez::Price price_;
+};
+
+// On-demand-like: a high flat price (e.g. the list price or above), so the
+// tenant is rarely outbid and pays the second price meanwhile.
+std::unique_ptr<PricingStrategy> OnDemandLike(laissez::Price high);
+// Spot-like: a low flat price; cheap while the market is slack, outbid first
+// when it is not.
+std::unique_ptr<PricingStrategy> SpotLike(laissez::Price low);
+
+// Value from throughput: price(type) = value of one hour of work on the
+// preferred hardware x the type's relative throughput. Types absent from the
+// table are not wanted.
+class ThroughputValue final : public PricingStrategy {
+ public:
+  // `value_per_hour`: what an hour of work on the preferred hardware is worth
+  // per node; `speed_ppm`: each type's throughput relative to it, in ppm.
+  ThroughputValue(laissez::Price value_per_hour, std::unordered_map<std::string, Ppm> speed_ppm);
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // The value of a type (nullopt if unknown).
+  std::optional<laissez::Price> ValueOf(const std::string& type) const;
+  void set_value_per_hour(laissez::Price v) { value_per_hour_ = v; }
+
+ private:
+  laissez::Price value_per_hour_;
+  std::unordered_map<std::string, Ppm> speed_ppm_;
+};
+
+// Caps the inner answer at `max_per_node`, and at what the balance can sustain
+// for `horizon` over the request's nodes (0: no horizon cap).
+class BudgetCapped final : public PricingStrategy {
+ public:
+  BudgetCapped(std::unique_ptr<PricingStrategy> inner, laissez::Price max_per_node, Micros horizon = 0);
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+
+ private:
+  std::unique_ptr<PricingStrategy> inner_;
+  laissez::Price max_per_node_;
+  Micros horizon_;
+};
+
+// Urgency that rises as a deadline nears. With `remaining()` the time the
+// remaining work needs on the preferred hardware, slack = (deadline - now) /
+// remaining. The inner price is scaled by `relaxed_ppm` while slack >=
+// `relaxed_slack_ppm`, by `urgent_ppm` once slack <= 1, and linearly between.
+class DeadlineUrgency final : public PricingStrategy {
+ public:
+  struct Params {
+    Micros deadline = kNever;
+    std::function<Micros()> remaining;  // Work left, as time on the preferred hardware.
+    Ppm relaxed_ppm = 500'000;          // x0.5 with plenty of slack.
+    Ppm urgent_ppm = 3'000'000;         // x3 when the deadline can barely be met.
+    Ppm relaxed_slack_ppm = 3'000'000;  // Slack of 3 counts as relaxed.
+  };
+  DeadlineUrgency(std::unique_ptr<PricingStrategy> inner, Params params);
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // The factor (ppm) at time `now`.
+  Ppm FactorAt(Micros now) const;
+
+ private:
+  std::unique_ptr<PricingStrategy> inner_;
+  Params p_;
+};
+
+// A node beside my other nodes is worth more: when the spec carries a
+// locality constraint (the adapter anchors it on a held node), the inner
+// price is raised by `bonus_ppm`.
+class LocalityAware final : public PricingStrategy {
+ public:
+  LocalityAware(std::unique_ptr<PricingStrategy> inner, Ppm bonus_ppm);
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+
+ private:
+  std::unique_ptr<PricingStrategy> inner_;
+  Ppm bonus_ppm_;
+};
+
+// Checkpoint-aware migration. Moving costs the reconfiguration overhead (save,
+// restore, load, warm-up) plus the work done since the last checkpoint; the
+// holder defends a node by that cost spread over `amortization`:
+//   limit = inner + inner x (overhead + uncommitted()) / amortization.
+// So a rival takes the node only when its gain beats the cost of moving, and
+// right after a checkpoint (uncommitted ~ 0) the holder is cheapest to move.
+// Wanted nodes are priced by the inner strategy unchanged. The yield itself
+// (relinquish at a checkpoint inside the grace window) is the tenant's: see
+// EconAdapter::Yield and AdapterListener::OnNotice.
+class MigrationAware final : public PricingStrategy {
+ public:
+  struct Params {
+    Micros overhead = 0;                   // Reconfiguration overhead of one move.
+    std::function<Micros()> uncommitted;   // Work since the last checkpoint (may be null: 0).
+    Micros amortization = kMicrosPerHour;  // Horizon over which the move cost is charged.
+  };
+  MigrationAware(std::unique_ptr<PricingStrategy> inner, Params params);
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // The limit premium over `value` at this instant.
+  laissez::Price Premium(laissez::Price value) const;
+  Params& params() { return p_; }
+
+ private:
+  std::unique_ptr<PricingStrategy> inner_;
+  Params p_;
+};
+
+}  // namespace laissez::sdk
