@@ -1,0 +1,114 @@
+// Replay: applies an operation log (docs/OPLOG.md) to a fresh engine, line by
+// line, and reports the engine's events to a sink. The engine is deterministic,
+// so the same log always gives the same events, state and ledger.
+//
+// An invalid line stops the replay with its line number and the reason, or,
+// with `skip_invalid`, is recorded in `diagnostics()` and skipped; nothing is
+// skipped silently. A call the engine rejects is not an invalid line: the live
+// engine rejected it too (and still advanced its time), so replay makes the
+// same call and goes on, counting it.
+//
+// Thread-safety: none; a Replayer and its engine belong to one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "market/market_engine.h"
+#include "market/operation.h"
+#include "oplog/oplog.h"
+
+namespace laissez::oplog {
+
+struct ReplayOptions {
+  bool skip_invalid = false;   // Report invalid lines and go on instead of stopping.
+  bool price_events = true;    // Build the engine with EngineOptions::price_events.
+  bool retain_ledger = true;   // Keep every ledger entry (explain reads them).
+  bool record_rejections = false;  // Add each rejected call to diagnostics().
+  // Apply only operations with t <= stop_at; the first later line ends the
+  // replay (explain --at). The engine is then advanced to stop_at.
+  Micros stop_at = kNever;
+};
+
+struct ReplayStats {
+  uint64_t lines = 0;        // Lines read, including blank and comment lines.
+  uint64_t operations = 0;   // Operations applied (accepted or rejected).
+  uint64_t rejected = 0;     // Operations the engine rejected.
+  uint64_t invalid = 0;      // Invalid lines skipped (only with skip_invalid).
+  uint64_t blank = 0;        // Blank or `#` comment lines.
+  uint64_t events = 0;       // Events delivered.
+  bool stopped_at = false;   // Ended early because of ReplayOptions::stop_at.
+};
+
+class Replayer {
+ public:
+  // Called after each applied operation with its line number and the engine's answer.
+  using OpObserver = std::function<void(uint64_t line, const LogRecord& rec, const market::ApplyResult& result)>;
+
+  // `sink` (not owned, may be null) receives the engine's events.
+  explicit Replayer(ReplayOptions options = {}, market::EventSink* sink = nullptr);
+  ~Replayer();
+  Replayer(const Replayer&) = delete;
+  Replayer& operator=(const Replayer&) = delete;
+
+  void set_observer(OpObserver observer) { observer_ = std::move(observer); }
+
+  // Replays a whole log held in `text`. If `padded`, `text` is followed in
+  // memory by Decoder::kPadding readable bytes (see ReadLogFile) and is parsed
+  // in place. Returns the first fatal error ("line 12: price: ...").
+  Status ReplayText(std::string_view text, bool padded = false);
+
+  // Replays one line (no newline). `line_number` is used in messages.
+  Status ReplayLine(std::string_view line, uint64_t line_number, bool padded = false);
+
+  // Finishes the replay: with stop_at set, advances the engine to it.
+  Status Finish();
+
+  market::MarketEngine& engine() { return *engine_; }
+  const market::MarketEngine& engine() const { return *engine_; }
+  const ReplayStats& stats() const { return stats_; }
+  // Skipped invalid lines and (with record_rejections) rejected calls, in order.
+  const std::vector<std::string>& diagnostics() const { return diagnostics_; }
+  // True once a line past stop_at was seen; further lines are ignored.
+  bool done() const { return done_; }
+
+ private:
+  class CountingSink;
+  ReplayOptions options_;
+  std::unique_ptr<CountingSink> counting_;
+  std::unique_ptr<market::MarketEngine> engine_;
+  Decoder decoder_;
+  ReplayStats stats_;
+  std::vector<std::string> diagnostics_;
+  OpObserver observer_;
+  bool done_ = false;
+};
+
+// A file's contents followed by Decoder::kPadding zero bytes, for in-place parsing.
+struct PaddedText {
+  std::string buffer;
+  size_t size = 0;
+  std::string_view text() const { return std::string_view(buffer.data(), size); }
+};
+Result<PaddedText> ReadLogFile(const std::string& path);
+
+// Buffers encoded events as JSON lines; the caller drains `text()`.
+class EventLineWriter : public market::EventSink {
+ public:
+  void OnEvents(std::span<const market::Event> events) override;
+  std::string& text() { return text_; }
+
+ private:
+  std::string text_;
+};
+
+// The engine's final state as one JSON document (docs/OPLOG.md, "Final state"):
+// params, every node, open orders, tenants and ledger totals. Deterministic.
+std::string StateJson(const market::MarketEngine& engine, const ReplayStats& stats);
+
+}  // namespace laissez::oplog

@@ -1,0 +1,157 @@
+// `laissez replay` and `laissez explain`: the operation log's commands
+// (docs/OPLOG.md). Outputs depend only on the log, so the same log always gives
+// byte-identical files; timings go to stderr.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "oplog/replay.h"
+#include "tools/commands.h"
+
+namespace laissez::cli {
+namespace {
+
+// Writes events to a file as they come, in large blocks.
+class FileEventSink : public market::EventSink {
+ public:
+  explicit FileEventSink(std::FILE* f) : f_(f) {}
+  void OnEvents(std::span<const market::Event> events) override {
+    for (const market::Event& e : events) {
+      oplog::AppendEvent(e, &buf_);
+      buf_.push_back('\n');
+    }
+    if (buf_.size() >= (1 << 20)) Flush();
+  }
+  bool Flush() {
+    bool ok = std::fwrite(buf_.data(), 1, buf_.size(), f_) == buf_.size();
+    buf_.clear();
+    ok_ = ok_ && ok;
+    return ok_;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::FILE* f_;
+  std::string buf_;
+  bool ok_ = true;
+};
+
+struct ReplayArgs {
+  std::string oplog;
+  std::string events_out;
+  std::string state_out;
+  bool skip_invalid = false;
+  bool no_price_events = false;
+  bool verbose = false;
+  bool json = false;
+};
+
+std::FILE* OpenOut(const std::string& path) {
+  if (path == "-") return stdout;
+  return std::fopen(path.c_str(), "wb");
+}
+
+int RunReplay(const ReplayArgs& a) {
+  auto text = oplog::ReadLogFile(a.oplog);
+  if (!text.ok()) {
+    std::cerr << "replay: " << text.status().message() << "\n";
+    return 1;
+  }
+  std::FILE* events = OpenOut(a.events_out);
+  if (events == nullptr) {
+    std::cerr << "replay: --events-out: cannot open " << a.events_out << " (" << std::strerror(errno) << ")\n";
+    return 1;
+  }
+  if (a.json && events == stdout) {
+    std::cerr << "replay: --events-out -: stdout is taken by --json\n";
+    return 1;
+  }
+  FileEventSink sink(events);
+  oplog::ReplayOptions opts;
+  opts.skip_invalid = a.skip_invalid;
+  opts.price_events = !a.no_price_events;
+  opts.record_rejections = a.verbose;
+  oplog::Replayer replayer(opts, &sink);
+
+  auto start = std::chrono::steady_clock::now();
+  Status st = replayer.ReplayText(text->text(), /*padded=*/true);
+  if (st.ok()) st = replayer.Finish();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bool wrote = sink.Flush();
+  if (events != stdout) wrote = (std::fclose(events) == 0) && wrote;
+  else std::fflush(stdout);
+
+  for (const std::string& d : replayer.diagnostics()) std::cerr << "replay: " << d << "\n";
+  const oplog::ReplayStats& s = replayer.stats();
+  if (!st.ok()) {
+    std::cerr << "replay: " << a.oplog << ": " << st.message() << "\n";
+    std::cerr << "replay: stopped after " << s.operations << " operations; events up to that point are in "
+              << a.events_out << "\n";
+    return 1;
+  }
+  if (!wrote) {
+    std::cerr << "replay: --events-out: write to " << a.events_out << " failed\n";
+    return 1;
+  }
+  if (!a.state_out.empty()) {
+    std::string state = oplog::StateJson(replayer.engine(), s);
+    std::FILE* f = OpenOut(a.state_out);
+    if (f == nullptr || (a.json && f == stdout)) {
+      std::cerr << "replay: --state-out: cannot write " << a.state_out << "\n";
+      return 1;
+    }
+    bool ok = std::fwrite(state.data(), 1, state.size(), f) == state.size();
+    if (f != stdout) ok = (std::fclose(f) == 0) && ok;
+    if (!ok) {
+      std::cerr << "replay: --state-out: write to " << a.state_out << " failed\n";
+      return 1;
+    }
+  }
+  double rate = seconds > 0 ? static_cast<double>(s.operations) / seconds : 0;
+  std::fprintf(stderr,
+               "replay: %llu lines, %llu operations (%llu rejected by the engine, %llu invalid skipped, %llu blank or "
+               "comment), %llu events, engine time %lld; %.3f s, %.0f operations/s\n",
+               static_cast<unsigned long long>(s.lines), static_cast<unsigned long long>(s.operations),
+               static_cast<unsigned long long>(s.rejected), static_cast<unsigned long long>(s.invalid),
+               static_cast<unsigned long long>(s.blank), static_cast<unsigned long long>(s.events),
+               static_cast<long long>(replayer.engine().now()), seconds, rate);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["lines"] = s.lines;
+    j["operations"] = s.operations;
+    j["rejected"] = s.rejected;
+    j["invalid_skipped"] = s.invalid;
+    j["blank"] = s.blank;
+    j["events"] = s.events;
+    j["now"] = replayer.engine().now();
+    j["seconds"] = seconds;
+    j["operations_per_sec"] = rate;
+    std::cout << j.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterOplogCommands(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ReplayArgs>();
+  CLI::App* replay = app.add_subcommand(
+      "replay", "Apply an operation log to a fresh engine and write its event stream (docs/OPLOG.md)");
+  replay->add_option("oplog", args->oplog, "Operation log (JSON lines)")->required();
+  replay->add_option("--events-out", args->events_out, "Write the event stream here as JSON lines ('-': stdout)")
+      ->required();
+  replay->add_option("--state-out", args->state_out, "Write the final state (nodes, orders, tenants, ledger) as JSON");
+  replay->add_flag("--skip-invalid", args->skip_invalid,
+                   "Report invalid lines on stderr and go on (default: stop at the first one)");
+  replay->add_flag("--no-price-events", args->no_price_events,
+                   "Do not emit price_changed events (to compare with an engine run without them)");
+  replay->add_flag("--verbose", args->verbose, "List every call the engine rejected on stderr");
+  replay->add_flag("--json", args->json, "Print the replay summary as one JSON document on stdout");
+  replay->callback([args, exit_code] { *exit_code = RunReplay(*args); });
+}
+
+}  // namespace laissez::cli
