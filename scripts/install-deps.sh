@@ -8,7 +8,7 @@ packages=(
   libyaml-cpp-dev libsimdjson-dev nlohmann-json3-dev libcli11-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
   libsqlite3-dev coinor-libclp-dev gnuplot-nox
-  python3-grpcio python3-grpc-tools
+  python3-grpcio python3-grpc-tools libcpp-httplib-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,421 @@
+#include "server/grpc_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "laissez/v1/market.grpc.pb.h"
+
+namespace laissez::server {
+namespace pb = ::laissez::v1;
+
+namespace {
+
+Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+}
+
+int64_t SteadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+uint8_t ParseReasons(const std::string& text) {
+  uint8_t r = 0;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    for (uint8_t bit = 1; bit != 0 && bit <= market::kReasonRelinquish; bit = static_cast<uint8_t>(bit << 1)) {
+      if (market::ReasonNames(bit) == part) r |= bit;
+    }
+  }
+  return r;
+}
+
+market::Event ToEvent(const pb::Event& e) {
+  market::Event out;
+  out.time = e.time();
+  for (int t = 0; t <= static_cast<int>(market::EventType::kNodeRemoved); ++t) {
+    if (market::EventTypeName(static_cast<market::EventType>(t)) == e.type()) out.type = static_cast<market::EventType>(t);
+  }
+  out.reasons = ParseReasons(e.reasons());
+  for (int c = 0; c <= static_cast<int>(market::CancelReason::kScopeGone); ++c) {
+    if (market::CancelReasonName(static_cast<market::CancelReason>(c)) == e.cancel_reason()) {
+      out.cancel_reason = static_cast<market::CancelReason>(c);
+    }
+  }
+  out.node = NodeId(e.node_id());
+  out.tenant = TenantId(e.tenant_id());
+  out.other = TenantId(e.other_id());
+  out.order = e.order() ? OrderId(e.order()) : OrderId();
+  out.vertex = VertexId(e.vertex_id());
+  out.price = e.price();
+  out.amount = e.amount();
+  out.waived = e.waived();
+  out.deadline = e.deadline();
+  return out;
+}
+
+market::OrderState ParseOrderState(const std::string& s) {
+  for (int i = 0; i <= 3; ++i) {
+    if (market::OrderStateName(static_cast<market::OrderState>(i)) == s) return static_cast<market::OrderState>(i);
+  }
+  return market::OrderState::kResting;
+}
+
+}  // namespace
+
+Result<std::string> ReadTokenFile(const std::string& path, std::string_view field) {
+  if (path.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
+  std::ifstream in(path);
+  if (!in) return InvalidArgument(std::string(field) + ": cannot read " + path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();
+  if (token.empty()) return InvalidArgument(std::string(field) + ": " + path + " is empty");
+  return token;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ConnectOptions& o) {
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (!o.tls_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    std::ifstream in(o.tls_ca);
+    std::stringstream s;
+    s << in.rdbuf();
+    ssl.pem_root_certs = s.str();
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(o.address, creds, args);
+}
+
+struct GrpcMarketClient::Impl {
+  ConnectOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::TenantService::Stub> stub;
+  pb::TopologyResponse topo;
+  std::unordered_map<std::string, uint32_t> vertex_by_name;
+  Micros server_now = 0;
+  int64_t server_now_at = 0;
+
+  void Prepare(grpc::ClientContext* ctx) const {
+    ctx->AddMetadata("authorization", "Bearer " + options.token);
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options.timeout_ms));
+  }
+};
+
+struct GrpcMarketClient::EventStream::Impl {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<pb::Event>> reader;
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<market::Event> queue;
+  bool done = false;
+  Status end;
+};
+
+GrpcMarketClient::EventStream::~EventStream() {
+  if (impl_) {
+    impl_->ctx.TryCancel();
+    if (impl_->thread.joinable()) impl_->thread.join();
+  }
+}
+
+Status GrpcMarketClient::EventStream::Poll(std::vector<market::Event>* out, int wait_ms) {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return impl_->done || !impl_->queue.empty(); });
+  for (auto& e : impl_->queue) out->push_back(e);
+  impl_->queue.clear();
+  return impl_->done ? (impl_->end.ok() ? Unavailable("watch: stream ended") : impl_->end) : Status::Ok();
+}
+
+GrpcMarketClient::GrpcMarketClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrpcMarketClient::~GrpcMarketClient() = default;
+
+Result<std::unique_ptr<GrpcMarketClient>> GrpcMarketClient::Connect(const ConnectOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->channel = MakeChannel(options);
+  impl->stub = pb::TenantService::NewStub(impl->channel);
+  std::unique_ptr<GrpcMarketClient> c(new GrpcMarketClient(std::move(impl)));
+  grpc::ClientContext ctx;
+  c->impl_->Prepare(&ctx);
+  pb::BalanceResponse b;
+  LZ_RETURN_IF_ERROR(FromGrpc(c->impl_->stub->GetBalance(&ctx, pb::GetBalanceRequest(), &b)));
+  c->tenant_ = TenantId(b.tenant_id());
+  c->tenant_name_ = b.tenant();
+  LZ_RETURN_IF_ERROR(c->RefreshTopology());
+  return c;
+}
+
+Micros GrpcMarketClient::Now() const { return impl_->server_now + (SteadyMicros() - impl_->server_now_at); }
+
+Status GrpcMarketClient::RefreshTopology() {
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::TopologyResponse r;
+  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->GetTopology(&ctx, pb::GetTopologyRequest(), &r)));
+  impl_->topo = std::move(r);
+  impl_->vertex_by_name.clear();
+  for (const auto& v : impl_->topo.vertices()) impl_->vertex_by_name[v.name()] = v.id();
+  impl_->server_now = impl_->topo.now();
+  impl_->server_now_at = SteadyMicros();
+  return Status::Ok();
+}
+
+std::string GrpcMarketClient::VertexName(VertexId v) const {
+  if (v.value < static_cast<uint32_t>(impl_->topo.vertices_size())) return impl_->topo.vertices(static_cast<int>(v.value)).name();
+  return std::string();
+}
+
+Result<std::string> GrpcMarketClient::NodeName(NodeId node) {
+  if (node.value >= static_cast<uint32_t>(impl_->topo.nodes_size())) LZ_RETURN_IF_ERROR(RefreshTopology());
+  if (node.value >= static_cast<uint32_t>(impl_->topo.nodes_size())) {
+    return NotFound("node: no node " + std::to_string(node.value));
+  }
+  return impl_->topo.nodes(static_cast<int>(node.value)).name();
+}
+
+Result<VertexId> GrpcMarketClient::FindVertex(std::string_view name) {
+  auto it = impl_->vertex_by_name.find(std::string(name));
+  if (it == impl_->vertex_by_name.end()) {
+    LZ_RETURN_IF_ERROR(RefreshTopology());
+    it = impl_->vertex_by_name.find(std::string(name));
+    if (it == impl_->vertex_by_name.end()) return NotFound("vertex: no vertex named \"" + std::string(name) + "\"");
+  }
+  return VertexId(it->second);
+}
+
+Result<sdk::NodeDescription> GrpcMarketClient::DescribeNode(NodeId node) {
+  LZ_RETURN_IF_ERROR(NodeName(node).status());
+  const auto& n = impl_->topo.nodes(static_cast<int>(node.value));
+  sdk::NodeDescription d;
+  d.id = node;
+  d.name = n.name();
+  d.type = n.type();
+  d.region = n.region();
+  d.zone = n.zone();
+  d.row = n.row();
+  d.rack = n.rack();
+  d.meta = topology::NodeMeta{n.gpus(), n.memory_gb(), n.power_w()};
+  d.leaf = VertexId(n.leaf());
+  d.type_root = VertexId(n.type_root());
+  return d;
+}
+
+Result<OrderId> GrpcMarketClient::PlaceOrder(const market::OrderSpec& spec) {
+  pb::PlaceOrderRequest q;
+  std::string scope = VertexName(spec.scope);
+  if (scope.empty()) {
+    LZ_RETURN_IF_ERROR(RefreshTopology());
+    scope = VertexName(spec.scope);
+    if (scope.empty()) return NotFound("scope: no vertex " + std::to_string(spec.scope.value));
+  }
+  q.set_scope(scope);
+  q.set_price(spec.price);
+  q.set_count(spec.count);
+  q.set_locality(static_cast<pb::Locality>(static_cast<int>(spec.locality)));
+  if (spec.locality != market::Locality::kAny) {
+    LZ_ASSIGN_OR_RETURN(std::string rel, NodeName(spec.rel_to));
+    q.set_rel_to(rel);
+  }
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::PlaceOrderResponse r;
+  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->PlaceOrder(&ctx, q, &r)));
+  return OrderId(r.order());
+}
+
+Status GrpcMarketClient::UpdateOrder(OrderId order, Price price) {
+  pb::UpdateOrderRequest q;
+  q.set_order(order.value);
+  q.set_price(price);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::UpdateOrderResponse r;
+  return FromGrpc(impl_->stub->UpdateOrder(&ctx, q, &r));
+}
+
+Status GrpcMarketClient::CancelOrder(OrderId order) {
+  pb::CancelOrderRequest q;
+  q.set_order(order.value);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::CancelOrderResponse r;
+  return FromGrpc(impl_->stub->CancelOrder(&ctx, q, &r));
+}
+
+Status GrpcMarketClient::SetLimit(NodeId node, Price limit) {
+  LZ_ASSIGN_OR_RETURN(std::string name, NodeName(node));
+  pb::SetLimitRequest q;
+  q.set_node(name);
+  q.set_limit(limit);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::SetLimitResponse r;
+  return FromGrpc(impl_->stub->SetLimit(&ctx, q, &r));
+}
+
+Status GrpcMarketClient::Relinquish(NodeId node) {
+  LZ_ASSIGN_OR_RETURN(std::string name, NodeName(node));
+  pb::RelinquishRequest q;
+  q.set_node(name);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::RelinquishResponse r;
+  return FromGrpc(impl_->stub->Relinquish(&ctx, q, &r));
+}
+
+Result<market::VertexQuote> GrpcMarketClient::Quote(VertexId vertex, bool with_depth) {
+  std::string name = VertexName(vertex);
+  if (name.empty()) return NotFound("vertex: no vertex " + std::to_string(vertex.value));
+  pb::QuoteRequest q;
+  q.set_vertex(name);
+  q.set_depth(with_depth);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::QuoteResponse r;
+  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->Quote(&ctx, q, &r)));
+  market::VertexQuote out;
+  out.vertex = vertex;
+  out.quote = r.quote().quote();
+  out.total = r.quote().total();
+  out.free = r.quote().free();
+  out.held = r.quote().held();
+  out.contested = r.quote().contested();
+  out.reserved = r.quote().reserved();
+  for (const auto& l : r.quote().depth()) out.depth.emplace_back(l.price(), l.count());
+  return out;
+}
+
+Result<market::EvictionQuote> GrpcMarketClient::GetEvictionQuote(NodeId node) {
+  LZ_ASSIGN_OR_RETURN(std::string name, NodeName(node));
+  pb::EvictionQuoteRequest q;
+  q.set_node(name);
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::EvictionQuoteResponse r;
+  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->EvictionQuote(&ctx, q, &r)));
+  market::EvictionQuote e;
+  e.node = node;
+  e.holder = tenant_;
+  e.limit = r.limit();
+  e.competing = r.competing();
+  e.floor = r.floor();
+  e.obtain = r.obtain();
+  e.pays = r.pays();
+  e.contested = r.contested();
+  e.deadline = r.deadline();
+  e.reasons = ParseReasons(r.reasons());
+  return e;
+}
+
+Result<market::OrderView> GrpcMarketClient::GetOrder(OrderId order) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::ListOrdersResponse r;
+  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListOrders(&ctx, pb::ListOrdersRequest(), &r)));
+  for (const auto& o : r.orders()) {
+    if (o.id() != order.value) continue;
+    market::OrderView v;
+    v.id = order;
+    v.tenant = tenant_;
+    v.spec.scope = VertexId(o.scope_id());
+    v.spec.price = o.price();
+    v.spec.count = o.count();
+    v.spec.locality = static_cast<market::Locality>(static_cast<int>(o.locality()));
+    if (!o.rel_to().empty()) {
+      for (const auto& n : impl_->topo.nodes()) {
+        if (n.name() == o.rel_to()) v.spec.rel_to = NodeId(n.id());
+      }
+    }
+    v.effective_scope = v.spec.scope;
+    v.effective_price = o.effective_price();
+    v.state = ParseOrderState(o.state());
+    v.filled = o.filled();
+    return v;
+  }
+  return NotFound("order: no open order " + std::to_string(order.value));
+}
+
+Result<market::TenantView> GrpcMarketClient::Me() {
+  market::TenantView v;
+  {
+    grpc::ClientContext ctx;
+    impl_->Prepare(&ctx);
+    pb::BalanceResponse b;
+    LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->GetBalance(&ctx, pb::GetBalanceRequest(), &b)));
+    v.id = TenantId(b.tenant_id());
+    v.name = b.tenant();
+    v.balance = b.balance();
+    v.max_rate = b.max_rate();
+    v.committed_rate = b.committed_rate();
+    v.spend_rate = b.spend_rate();
+    v.paid = b.paid();
+    v.waived = b.waived();
+    v.exhausted = b.exhausted();
+  }
+  {
+    grpc::ClientContext ctx;
+    impl_->Prepare(&ctx);
+    pb::ListNodesResponse r;
+    LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListNodes(&ctx, pb::ListNodesRequest(), &r)));
+    for (const auto& n : r.nodes()) v.nodes.push_back(NodeId(n.node_id()));
+  }
+  {
+    grpc::ClientContext ctx;
+    impl_->Prepare(&ctx);
+    pb::ListOrdersResponse r;
+    LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListOrders(&ctx, pb::ListOrdersRequest(), &r)));
+    for (const auto& o : r.orders()) v.orders.push_back(OrderId(o.id()));
+  }
+  return v;
+}
+
+Result<Money> GrpcMarketClient::Balance() {
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  pb::BalanceResponse b;
+  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->GetBalance(&ctx, pb::GetBalanceRequest(), &b)));
+  return b.available();
+}
+
+Result<std::unique_ptr<GrpcMarketClient::EventStream>> GrpcMarketClient::Watch(
+    const std::vector<std::string>& vertices) {
+  auto s = std::unique_ptr<EventStream>(new EventStream());
+  s->impl_ = std::make_unique<EventStream::Impl>();
+  auto* impl = s->impl_.get();
+  impl->ctx.AddMetadata("authorization", "Bearer " + impl_->options.token);
+  pb::WatchRequest q;
+  for (const auto& v : vertices) q.add_vertices(v);
+  impl->reader = impl_->stub->Watch(&impl->ctx, q);
+  // The server sends its initial metadata once the subscription is live; an
+  // error status ends the stream first.
+  impl->reader->WaitForInitialMetadata();
+  EventStream* raw = s.get();
+  impl->thread = std::thread([impl, raw] {
+    pb::Event e;
+    while (impl->reader->Read(&e)) {
+      std::lock_guard lock(impl->mu);
+      impl->queue.push_back(ToEvent(e));
+      impl->cv.notify_all();
+    }
+    Status end = FromGrpc(impl->reader->Finish());
+    std::lock_guard lock(impl->mu);
+    impl->done = true;
+    impl->end = end;
+    raw->open_.store(false);
+    impl->cv.notify_all();
+  });
+  return s;
+}
+
+}  // namespace laissez::server

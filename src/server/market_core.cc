@@ -1,0 +1,403 @@
+#include "server/market_core.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "oplog/oplog.h"
+
+namespace laissez::server {
+
+Micros WallClockMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string EncodeJournalLine(const market::Operation& op) { return oplog::EncodeOperation(op); }
+
+Result<market::Operation> DecodeJournalLine(std::string_view line) { return oplog::DecodeOperation(line); }
+
+// ---------------------------------------------------------------------------
+// Subscription.
+
+bool Subscription::Next(std::vector<WireEvent>* out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return closed_ || !queue_.empty(); });
+  for (auto& e : queue_) out->push_back(std::move(e));
+  queue_.clear();
+  return !closed_;
+}
+
+Status Subscription::close_status() const {
+  std::lock_guard lock(mu_);
+  return close_status_;
+}
+
+void Subscription::Close(Status why) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  close_status_ = std::move(why);
+  cv_.notify_all();
+}
+
+bool Subscription::Wants(const WireEvent& e) const {
+  if (operator_view_) return true;
+  const market::Event& ev = e.event;
+  if (ev.type == market::EventType::kPriceChanged) return vertices_.count(ev.vertex.value) > 0;
+  if (ev.type == market::EventType::kNodeAdded || ev.type == market::EventType::kNodeRemoved) return false;
+  if (ev.tenant == tenant_) return true;
+  // The previous holder learns that its node moved, not to whom.
+  return ev.type == market::EventType::kTransferred && ev.other == tenant_;
+}
+
+void Subscription::Push(const WireEvent& e) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  if (queue_.size() >= kMaxQueued) {
+    closed_ = true;
+    close_status_ = ResourceExhausted("watch: the client fell too far behind; reconnect");
+    queue_.clear();
+    cv_.notify_all();
+    return;
+  }
+  queue_.push_back(e);
+  if (!operator_view_) {
+    WireEvent& w = queue_.back();
+    w.tenant.clear();
+    w.other.clear();
+    if (w.event.other != tenant_) w.event.other = TenantId();
+    if (w.event.tenant != tenant_) w.event.tenant = TenantId();
+  }
+  cv_.notify_one();
+}
+
+// ---------------------------------------------------------------------------
+// The engine's event sink: renders events for watchers while the engine is
+// consistent (names need the engine's lookups).
+
+class MarketCore::Sink final : public market::EventSink {
+ public:
+  explicit Sink(MarketCore* core) : core_(core) {}
+  void OnEvents(std::span<const market::Event> events) override {
+    if (core_->pending_ && core_->subscriber_count_.load(std::memory_order_relaxed) > 0) core_->Render(events);
+  }
+
+ private:
+  MarketCore* core_;
+};
+
+MarketCore::MarketCore(Store* store, TokenTable* tokens, Metrics* metrics, CoreOptions options)
+    : store_(store), tokens_(tokens), metrics_(metrics), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = WallClockMicros;
+  market::EngineOptions eo;
+  eo.price_events = true;
+  eo.retain_ledger = true;
+  engine_ = std::make_unique<market::MarketEngine>(market::MarketParams{}, eo);
+  sink_ = std::make_unique<Sink>(this);
+  engine_->set_sink(sink_.get());
+}
+
+MarketCore::~MarketCore() { Stop(); }
+
+Status MarketCore::Start() {
+  LZ_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store_->LoadTokens());
+  for (const auto& t : tokens) {
+    tokens_->Put(t);
+    next_token_id_ = std::max(next_token_id_, t.id + 1);
+  }
+  // Replay: every record decodes and applies exactly as it did live.
+  uint64_t expect = 1;
+  Status st = store_->ReadJournal(0, [&](const JournalRecord& r) -> Status {
+    if (r.seq != expect) {
+      return DataLoss("journal: record " + std::to_string(expect) + " missing (next is " + std::to_string(r.seq) + ")");
+    }
+    auto op = DecodeJournalLine(r.line);
+    if (!op.ok()) return DataLoss("journal: record " + std::to_string(r.seq) + ": " + op.status().message());
+    market::ApplyResult res = market::Apply(*engine_, *op);
+    if (!res.status.ok()) {
+      return DataLoss("journal: record " + std::to_string(r.seq) + " no longer applies: " + res.status.message());
+    }
+    ++expect;
+    return Status::Ok();
+  });
+  LZ_RETURN_IF_ERROR(st);
+  replayed_ = expect - 1;
+  next_seq_ = expect;
+  fresh_ = replayed_ == 0 && tokens.empty();
+
+  // Catch up to the wall clock and make that advance durable before serving.
+  pending_ = std::make_unique<Pending>();
+  MaybeAdvance(/*force=*/true);
+  LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
+  pending_.reset();
+  metrics_->journal_seq = static_cast<int64_t>(next_seq_ - 1);
+  last_advance_ = std::chrono::steady_clock::now();
+
+  std::lock_guard lock(queue_mu_);
+  started_ = true;
+  writer_ = std::thread([this] { WriterLoop(); });
+  committer_ = std::thread([this] { CommitterLoop(); });
+  return Status::Ok();
+}
+
+void MarketCore::Stop() {
+  {
+    std::lock_guard lock(queue_mu_);
+    bool running = started_ && !stopping_;
+    stopping_ = true;
+    queue_cv_.notify_all();
+    if (!running) return;
+  }
+  if (writer_.joinable()) writer_.join();
+  if (committer_.joinable()) committer_.join();
+  std::lock_guard lock(subs_mu_);
+  for (auto& s : subs_) s->Close(Status::Ok());
+  subs_.clear();
+}
+
+void MarketCore::Submit(std::string actor, Work work, Done done) {
+  {
+    std::lock_guard lock(queue_mu_);
+    if (started_ && !stopping_ && !failed_.load()) {
+      queue_.push_back(Command{std::move(actor), std::move(work), std::move(done)});
+      metrics_->queue_length.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+      queue_cv_.notify_one();
+      return;
+    }
+  }
+  done(Unavailable(failed_.load() ? "server: the store failed; restart the server" : "server: not running"));
+}
+
+size_t MarketCore::queue_length() const {
+  std::lock_guard lock(queue_mu_);
+  return queue_.size();
+}
+
+std::shared_ptr<Subscription> MarketCore::Subscribe(bool operator_view, TenantId tenant,
+                                                     std::unordered_set<uint32_t> vertices) {
+  auto sub = std::make_shared<Subscription>(operator_view, tenant, std::move(vertices));
+  std::lock_guard lock(subs_mu_);
+  subs_.push_back(sub);
+  subscriber_count_.store(static_cast<int>(subs_.size()));
+  metrics_->watchers.store(static_cast<int64_t>(subs_.size()));
+  return sub;
+}
+
+void MarketCore::Unsubscribe(const std::shared_ptr<Subscription>& sub) {
+  sub->Close(Status::Ok());
+  std::lock_guard lock(subs_mu_);
+  std::erase(subs_, sub);
+  subscriber_count_.store(static_cast<int>(subs_.size()));
+  metrics_->watchers.store(static_cast<int64_t>(subs_.size()));
+}
+
+// ---------------------------------------------------------------------------
+// Writer thread.
+
+void MarketCore::Journal(const std::string& actor, const market::Operation& op) {
+  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalLine(op)});
+}
+
+bool MarketCore::MaybeAdvance(bool force) {
+  Micros t = options_.clock();
+  Micros now = engine_->now();
+  if (t <= now) return false;
+  if (!force && t - now < options_.min_advance && engine_->NextEventTime() > t) return false;
+  market::Operation op{t, market::OpAdvance{}};
+  market::ApplyResult r = market::Apply(*engine_, op);
+  if (!r.status.ok()) return false;
+  Journal("server", op);
+  last_advance_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+market::ApplyResult WriterContext::Apply(market::OpBody body) {
+  market::Operation op{core_->engine_->now(), std::move(body)};
+  market::ApplyResult r = market::Apply(*core_->engine_, op);
+  if (r.status.ok()) core_->Journal(*actor_, op);
+  return r;
+}
+
+void WriterContext::PutToken(const TokenRecord& record) {
+  core_->pending_->batch.tokens.push_back(record);
+  core_->tokens_->Put(record);
+}
+
+const std::string& MarketCore::TenantName(TenantId id) {
+  auto it = tenant_names_.find(id.value);
+  if (it != tenant_names_.end()) return it->second;
+  auto view = engine_->GetTenant(id);
+  std::string name = view.ok() ? view->name : std::string();
+  if (!view.ok()) {
+    static const std::string kEmpty;
+    return kEmpty;
+  }
+  return tenant_names_.emplace(id.value, std::move(name)).first->second;
+}
+
+void MarketCore::Render(std::span<const market::Event> events) {
+  const auto& topo = engine_->topology();
+  for (const market::Event& e : events) {
+    WireEvent w;
+    w.event = e;
+    w.type = std::string(market::EventTypeName(e.type));
+    if (e.node.valid() && e.node.value < topo.node_count()) w.node = topo.node(e.node).name;
+    if (e.vertex.valid() && e.vertex.value < topo.vertex_count()) w.vertex = topo.VertexName(e.vertex);
+    if (e.tenant.valid()) w.tenant = TenantName(e.tenant);
+    if (e.other.valid()) w.other = TenantName(e.other);
+    if (e.reasons) w.reasons = market::ReasonNames(e.reasons);
+    if (e.cancel_reason != market::CancelReason::kNone) w.cancel_reason = market::CancelReasonName(e.cancel_reason);
+    pending_->events.push_back(std::move(w));
+  }
+}
+
+void MarketCore::RunBatch(std::vector<Command>& cmds) {
+  pending_ = std::make_unique<Pending>();
+  // Time advances once per batch (if the clock moved enough or something is
+  // due); the commands then apply at that time.
+  auto idle = std::chrono::steady_clock::now() - last_advance_ >= options_.idle_tick;
+  MaybeAdvance(/*force=*/idle);
+  for (Command& c : cmds) {
+    WriterContext ctx(this, &c.actor);
+    c.work(ctx);
+    pending_->dones.push_back(std::move(c.done));
+  }
+  metrics_->resting_orders.store(static_cast<int64_t>(engine_->resting_order_count()), std::memory_order_relaxed);
+  metrics_->live_nodes.store(static_cast<int64_t>(engine_->topology().live_node_count()), std::memory_order_relaxed);
+  metrics_->tenants.store(static_cast<int64_t>(engine_->tenant_count()), std::memory_order_relaxed);
+  metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
+  metrics_->journal_seq.store(static_cast<int64_t>(next_seq_ - 1), std::memory_order_relaxed);
+
+  std::unique_ptr<Pending> p = std::move(pending_);
+  std::unique_lock lock(commit_mu_);
+  commit_space_.wait(lock, [&] { return uncommitted_records_ < options_.max_uncommitted || failed_.load(); });
+  uncommitted_records_ += p->batch.journal.size();
+  commit_queue_.push_back(std::move(p));
+  commit_cv_.notify_one();
+}
+
+void MarketCore::WriterLoop() {
+  std::vector<Command> cmds;
+  for (;;) {
+    {
+      std::unique_lock lock(queue_mu_);
+      // Wake for commands, or when the engine has something due, or on the idle tick.
+      auto wake = std::chrono::steady_clock::now() + options_.idle_tick;
+      Micros next = engine_->NextEventTime();
+      if (next != kNever) {
+        Micros in = next - options_.clock();
+        auto due = std::chrono::steady_clock::now() + std::chrono::microseconds(std::max<Micros>(in, 0));
+        if (due < wake) wake = due;
+      }
+      queue_cv_.wait_until(lock, wake, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty() && stopping_) break;
+      size_t n = std::min(queue_.size(), options_.max_batch);
+      for (size_t i = 0; i < n; ++i) {
+        cmds.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      metrics_->queue_length.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+    }
+    if (failed_.load()) {
+      for (auto& c : cmds) c.done(Unavailable("server: the store failed; restart the server"));
+      cmds.clear();
+      continue;
+    }
+    if (cmds.empty()) {
+      // Timer wake-up: apply what fell due (deadlines, floors) even with no traffic.
+      pending_ = std::make_unique<Pending>();
+      bool advanced = MaybeAdvance(/*force=*/true);
+      if (!advanced) {
+        pending_.reset();
+        continue;
+      }
+      std::vector<Command> none;
+      // Hand the advance to the committer through the normal path.
+      std::unique_ptr<Pending> p = std::move(pending_);
+      std::unique_lock lock(commit_mu_);
+      uncommitted_records_ += p->batch.journal.size();
+      commit_queue_.push_back(std::move(p));
+      commit_cv_.notify_one();
+      continue;
+    }
+    RunBatch(cmds);
+    cmds.clear();
+  }
+  std::lock_guard lock(commit_mu_);
+  writer_done_ = true;
+  commit_cv_.notify_one();
+}
+
+// ---------------------------------------------------------------------------
+// Committer thread.
+
+void MarketCore::FailAll(const Status& why) {
+  failed_.store(true);
+  std::fprintf(stderr, "laissez serve: %s; refusing further requests\n", why.ToString().c_str());
+}
+
+void MarketCore::CommitterLoop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Pending>> work;
+    {
+      std::unique_lock lock(commit_mu_);
+      commit_cv_.wait(lock, [&] { return writer_done_ || !commit_queue_.empty(); });
+      if (commit_queue_.empty() && writer_done_) return;
+      while (!commit_queue_.empty()) {
+        work.push_back(std::move(commit_queue_.front()));
+        commit_queue_.pop_front();
+      }
+    }
+    // One transaction for everything queued: group commit.
+    Batch merged;
+    size_t records = 0;
+    for (auto& p : work) {
+      records += p->batch.journal.size();
+      if (work.size() == 1) {
+        merged = std::move(p->batch);
+        break;
+      }
+      for (auto& r : p->batch.journal) merged.journal.push_back(std::move(r));
+      for (auto& t : p->batch.tokens) merged.tokens.push_back(std::move(t));
+    }
+    Status st = failed_.load() ? Unavailable("server: the store failed; restart the server") : Status::Ok();
+    if (st.ok() && !merged.empty()) {
+      auto t0 = std::chrono::steady_clock::now();
+      Status c = store_->Commit(merged);
+      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      metrics_->commits.fetch_add(1, std::memory_order_relaxed);
+      metrics_->committed_records.fetch_add(records, std::memory_order_relaxed);
+      metrics_->commit_us_sum.fetch_add(us, std::memory_order_relaxed);
+      if (!c.ok()) {
+        FailAll(c);
+        st = Unavailable("server: the store failed (" + c.message() + "); the request was not made durable");
+      }
+    }
+    {
+      std::lock_guard lock(commit_mu_);
+      uncommitted_records_ -= records;
+      commit_space_.notify_all();
+    }
+    for (auto& p : work) {
+      for (auto& d : p->dones) d(st);
+    }
+    if (st.ok()) {
+      std::vector<std::shared_ptr<Subscription>> subs;
+      {
+        std::lock_guard lock(subs_mu_);
+        subs = subs_;
+      }
+      if (!subs.empty()) {
+        for (auto& p : work) {
+          for (const WireEvent& e : p->events) {
+            for (auto& s : subs) {
+              if (s->Wants(e)) s->Push(e);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace laissez::server

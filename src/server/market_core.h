@@ -1,0 +1,259 @@
+// MarketCore: the engine on one writer thread, fed by a command queue, with a
+// journal committed to the durable store before any reply leaves.
+//
+// Request threads call Submit (or Execute) with a closure; the writer thread
+// runs closures in arrival order against the engine at the current wall-clock
+// time, each mutation through WriterContext::Apply, which journals the applied
+// operation (docs/OPLOG.md format). After a batch of closures, the writer hands
+// the batch's journal records, token changes, completions and events to the
+// committer thread, which commits them to the store in one transaction (group
+// commit, while the writer carries on with the next batch) and only then runs
+// the completions and delivers the events to watchers. So nothing is
+// acknowledged, and no reader sees anything, before it is durable.
+//
+// Time: wall-clock microseconds since the Unix epoch are the engine's time.
+// Every time advance is journaled (as an `advance` operation), so replaying the
+// journal into a fresh engine gives the same state. On Start the journal is
+// replayed and the market catches up to the wall clock (DESIGN.md §3 rule 11).
+//
+// Invariants:
+//  - Only the writer thread touches the engine after Start.
+//  - Journal seqs are contiguous and in apply order; a record is in the store
+//    before the completion of the command that produced it runs.
+//  - If a commit fails, the core stops: every pending and later command
+//    completes with UNAVAILABLE and `failed()` turns true (the process should
+//    exit; a restart replays what was committed).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/status.h"
+#include "market/market_engine.h"
+#include "market/operation.h"
+#include "server/auth.h"
+#include "server/metrics.h"
+#include "server/store.h"
+
+namespace laissez::server {
+
+using Clock = std::function<Micros()>;
+// Microseconds since the Unix epoch.
+Micros WallClockMicros();
+
+// The journal line format is the operation log (src/oplog); these wrap it.
+std::string EncodeJournalLine(const market::Operation& op);
+Result<market::Operation> DecodeJournalLine(std::string_view line);
+
+// A market event rendered with names, ready for any wire format. Ids are kept
+// for filtering; names are what clients see.
+struct WireEvent {
+  market::Event event;
+  std::string type;      // EventTypeName.
+  std::string node;      // Node name, if any.
+  std::string vertex;    // Vertex name, if any.
+  std::string tenant;    // Tenant name, if any (operator view only).
+  std::string other;     // Previous holder's name (operator view only).
+  std::string reasons;   // ReasonNames.
+  std::string cancel_reason;
+};
+
+// A watch stream's queue. Filled by the committer, drained by one stream thread.
+class Subscription {
+ public:
+  // Operator view: every event with names. Tenant view: the tenant's own events
+  // and price changes at `vertices`, without other tenants' names.
+  Subscription(bool operator_view, TenantId tenant, std::unordered_set<uint32_t> vertices)
+      : operator_view_(operator_view), tenant_(tenant), vertices_(std::move(vertices)) {}
+
+  // Waits up to `timeout` for events and moves them into `out`. Returns false
+  // once the subscription is closed (and `out` holds what was left).
+  bool Next(std::vector<WireEvent>* out, std::chrono::milliseconds timeout);
+  // Why it was closed (OK after a normal shutdown).
+  Status close_status() const;
+  void Close(Status why);
+
+  bool Wants(const WireEvent& e) const;
+  void Push(const WireEvent& e);  // Closes with RESOURCE_EXHAUSTED if the reader lags far behind.
+  bool operator_view() const { return operator_view_; }
+
+ private:
+  static constexpr size_t kMaxQueued = 65536;
+  const bool operator_view_;
+  const TenantId tenant_;
+  const std::unordered_set<uint32_t> vertices_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<WireEvent> queue_;
+  bool closed_ = false;
+  Status close_status_;
+};
+
+class WriterContext;
+
+struct CoreOptions {
+  Clock clock;                                         // Default: WallClockMicros.
+  std::chrono::milliseconds idle_tick{1000};           // Advance at least this often.
+  Micros min_advance = 1000;                           // Skip advances smaller than this while busy.
+  size_t max_batch = 4096;                             // Commands per writer batch.
+  size_t max_uncommitted = 65536;                      // Journal records the writer may run ahead.
+};
+
+class MarketCore {
+ public:
+  // Not owned: `store`, `tokens`, `metrics` must outlive the core.
+  MarketCore(Store* store, TokenTable* tokens, Metrics* metrics, CoreOptions options = {});
+  ~MarketCore();
+  MarketCore(const MarketCore&) = delete;
+  MarketCore& operator=(const MarketCore&) = delete;
+
+  // Loads the tokens, replays the journal into a fresh engine (DATA_LOSS if a
+  // record does not decode or apply), catches up to the clock, starts the threads.
+  Status Start();
+  // Drains the queue, commits, stops the threads, closes subscriptions.
+  void Stop();
+
+  // True if the store held no journal and no tokens before Start.
+  bool fresh() const { return fresh_; }
+  bool failed() const { return failed_.load(); }
+  uint64_t replayed() const { return replayed_; }
+
+  using Work = std::function<void(WriterContext&)>;
+  using Done = std::function<void(const Status& durable)>;
+  // Queues `work` for the writer thread; `done` runs on the committer thread
+  // once everything `work` journaled is durable (OK), or with UNAVAILABLE if
+  // the core stopped or failed. `done` must be quick and must not Submit.
+  void Submit(std::string actor, Work work, Done done);
+
+  // Runs `work` on the writer thread and waits until it is durable. `work`'s
+  // result is returned, or UNAVAILABLE if the commit failed.
+  template <typename T>
+  Result<T> Execute(std::string actor, std::function<Result<T>(WriterContext&)> work);
+
+  std::shared_ptr<Subscription> Subscribe(bool operator_view, TenantId tenant, std::unordered_set<uint32_t> vertices);
+  void Unsubscribe(const std::shared_ptr<Subscription>& sub);
+
+  size_t queue_length() const;
+
+ private:
+  friend class WriterContext;
+  struct Command {
+    std::string actor;
+    Work work;
+    Done done;
+  };
+  struct Pending {
+    Batch batch;
+    std::vector<Done> dones;
+    std::vector<WireEvent> events;
+  };
+  class Sink;
+
+  void WriterLoop();
+  void CommitterLoop();
+  void RunBatch(std::vector<Command>& cmds);
+  void Journal(const std::string& actor, const market::Operation& op);
+  bool MaybeAdvance(bool force);
+  void Render(std::span<const market::Event> events);
+  const std::string& TenantName(TenantId id);
+  void FailAll(const Status& why);
+
+  Store* store_;
+  TokenTable* tokens_;
+  Metrics* metrics_;
+  CoreOptions options_;
+  std::unique_ptr<market::MarketEngine> engine_;
+  std::unique_ptr<Sink> sink_;
+  bool fresh_ = false;
+  uint64_t replayed_ = 0;
+  std::atomic<bool> failed_{false};
+
+  // Writer state (writer thread only after Start).
+  uint64_t next_seq_ = 1;
+  uint64_t next_token_id_ = 1;
+  std::unique_ptr<Pending> pending_;
+  std::unordered_map<uint32_t, std::string> tenant_names_;
+  std::atomic<int> subscriber_count_{0};
+  std::chrono::steady_clock::time_point last_advance_;
+
+  // Command queue.
+  mutable std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Command> queue_;
+  bool stopping_ = false;
+  bool started_ = false;
+
+  // Commit queue.
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;     // Committer waits for work.
+  std::condition_variable commit_space_;  // Writer waits for room.
+  std::deque<std::unique_ptr<Pending>> commit_queue_;
+  size_t uncommitted_records_ = 0;
+  bool writer_done_ = false;
+
+  std::mutex subs_mu_;
+  std::vector<std::shared_ptr<Subscription>> subs_;
+
+  std::thread writer_, committer_;
+};
+
+// What a command's closure sees on the writer thread.
+class WriterContext {
+ public:
+  const market::MarketEngine& engine() const { return *core_->engine_; }
+  Micros now() const { return core_->engine_->now(); }
+  const std::string& actor() const { return *actor_; }
+  // Applies the operation at the current engine time; on success journals it.
+  market::ApplyResult Apply(market::OpBody body);
+  // A token change committed with this batch; also applied to the token table
+  // once durable... and at once, so later commands in the batch see it.
+  void PutToken(const TokenRecord& record);
+  uint64_t NextTokenId() { return core_->next_token_id_++; }
+  // The name of a tenant (cached).
+  const std::string& TenantName(TenantId id) { return core_->TenantName(id); }
+
+ private:
+  friend class MarketCore;
+  WriterContext(MarketCore* core, const std::string* actor) : core_(core), actor_(actor) {}
+  MarketCore* core_;
+  const std::string* actor_;
+};
+
+template <typename T>
+Result<T> MarketCore::Execute(std::string actor, std::function<Result<T>(WriterContext&)> work) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status durable;
+    std::optional<Result<T>> result;
+  };
+  auto st = std::make_shared<State>();
+  Submit(
+      std::move(actor), [st, work = std::move(work)](WriterContext& ctx) { st->result.emplace(work(ctx)); },
+      [st](const Status& durable) {
+        std::lock_guard lock(st->mu);
+        st->done = true;
+        st->durable = durable;
+        st->cv.notify_one();
+      });
+  std::unique_lock lock(st->mu);
+  st->cv.wait(lock, [&] { return st->done; });
+  if (!st->durable.ok()) return st->durable;
+  if (!st->result) return Unavailable("server: stopping");
+  return std::move(*st->result);
+}
+
+}  // namespace laissez::server

@@ -1,0 +1,1121 @@
+// The gRPC services and the server's lifecycle. Every handler follows one
+// pattern: authenticate and authorize (Call), validate the request's fields
+// without touching the engine, then run one closure on the writer thread that
+// resolves names, checks ownership and applies the operation, and reply once
+// that closure's journal records are durable.
+#include "server/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "laissez/v1/market.grpc.pb.h"
+
+namespace laissez::server {
+namespace pb = ::laissez::v1;
+using grpc::ServerContext;
+using market::ApplyResult;
+
+namespace {
+
+// Largest price or amount accepted on the wire: a billion units of money (per
+// hour). Far above any real price, far below where price x count x time overflows.
+constexpr int64_t kMaxPrice = 1'000'000'000'000'000;
+constexpr uint32_t kMaxGang = 4096;
+constexpr size_t kMaxName = 256;
+constexpr size_t kMaxListed = 10000;
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+Status CheckAmount(int64_t v, std::string_view field, std::string_view unit) {
+  if (v < 0) return InvalidArgument(std::string(field) + ": must not be negative (got " + std::to_string(v) + ")");
+  if (v > kMaxPrice) {
+    return InvalidArgument(std::string(field) + ": must be at most " + std::to_string(kMaxPrice) + " " +
+                           std::string(unit) + " (got " + std::to_string(v) + ")");
+  }
+  return Status::Ok();
+}
+Status CheckPrice(int64_t v, std::string_view field) { return CheckAmount(v, field, "micro-units per hour"); }
+
+Status CheckName(const std::string& s, std::string_view field, bool required = true) {
+  if (required && s.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
+  if (s.size() > kMaxName) {
+    return InvalidArgument(std::string(field) + ": longer than " + std::to_string(kMaxName) + " bytes");
+  }
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return InvalidArgument(std::string(field) + ": contains a control character");
+  }
+  return Status::Ok();
+}
+
+Status CheckTenantName(const std::string& s) {
+  LZ_RETURN_IF_ERROR(CheckName(s, "name"));
+  if (s.size() > 64) return InvalidArgument("name: longer than 64 bytes");
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgument("name: may contain only letters, digits, '-', '_' and '.'");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<VertexId> FindVertexOr(const market::MarketEngine& e, const std::string& name, std::string_view field) {
+  auto v = e.topology().FindVertex(name);
+  if (!v.ok()) return NotFound(std::string(field) + ": no vertex named \"" + name.substr(0, 64) + "\"");
+  return *v;
+}
+
+Result<NodeId> FindNodeOr(const market::MarketEngine& e, const std::string& name, std::string_view field) {
+  if (name.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
+  auto n = e.topology().FindNode(name);
+  if (!n.ok() || !e.topology().IsLiveNode(*n)) {
+    return NotFound(std::string(field) + ": no node named \"" + name.substr(0, 64) + "\"");
+  }
+  return *n;
+}
+
+Result<TenantId> FindTenantOr(const market::MarketEngine& e, const std::string& name, std::string_view field) {
+  if (name.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
+  auto t = e.FindTenant(name);
+  if (!t.ok()) return NotFound(std::string(field) + ": no tenant named \"" + name.substr(0, 64) + "\"");
+  return *t;
+}
+
+// An order of `tenant`; another tenant's order is reported exactly like a
+// missing one, so ids reveal nothing.
+Result<market::OrderView> OwnOrder(const market::MarketEngine& e, TenantId tenant, uint64_t id) {
+  auto o = e.GetOrder(OrderId(id));
+  if (!o.ok() || o->tenant != tenant) return NotFound("order: no order " + std::to_string(id));
+  return *o;
+}
+
+std::string LocationPath(const topology::Topology& t, NodeId n) {
+  return t.location(t.node(n).rack).path;
+}
+
+pb::Locality ToPb(market::Locality l) { return static_cast<pb::Locality>(static_cast<int>(l)); }
+
+void FillOrder(const market::MarketEngine& e, const market::OrderView& o, pb::Order* out) {
+  const auto& topo = e.topology();
+  out->set_id(o.id.value);
+  out->set_scope(topo.VertexName(o.spec.scope));
+  out->set_scope_id(o.spec.scope.value);
+  out->set_price(o.spec.price);
+  out->set_effective_price(o.effective_price);
+  out->set_count(o.spec.count);
+  out->set_locality(ToPb(o.spec.locality));
+  if (o.spec.rel_to.valid() && o.spec.rel_to.value < topo.node_count()) out->set_rel_to(topo.node(o.spec.rel_to).name);
+  out->set_state(std::string(market::OrderStateName(o.state)));
+  out->set_filled(o.filled);
+}
+
+void FillQuote(const market::MarketEngine& e, const market::VertexQuote& q, pb::Quote* out) {
+  out->set_vertex(e.topology().VertexName(q.vertex));
+  out->set_quote(q.quote);
+  out->set_total(q.total);
+  out->set_free(q.free);
+  out->set_held(q.held);
+  out->set_contested(q.contested);
+  out->set_reserved(q.reserved);
+  for (const auto& [price, count] : q.depth) {
+    auto* l = out->add_depth();
+    l->set_price(price);
+    l->set_count(count);
+  }
+}
+
+void FillEvent(const WireEvent& w, pb::Event* out) {
+  const market::Event& e = w.event;
+  out->set_time(e.time);
+  out->set_type(w.type);
+  out->set_node(w.node);
+  out->set_node_id(e.node.value);
+  if (e.order.valid()) out->set_order(e.order.value);
+  out->set_vertex(w.vertex);
+  out->set_vertex_id(e.vertex.value);
+  out->set_price(e.price);
+  out->set_amount(e.amount);
+  out->set_waived(e.waived);
+  out->set_deadline(e.deadline);
+  out->set_reasons(w.reasons);
+  out->set_cancel_reason(w.cancel_reason);
+  out->set_tenant(w.tenant);
+  out->set_other(w.other);
+  out->set_tenant_id(e.tenant.value);
+  out->set_other_id(e.other.value);
+}
+
+void FillLedger(const market::MarketEngine& e, const market::LedgerEntry& l, bool with_tenant, WriterContext& w,
+                pb::LedgerEntry* out) {
+  out->set_time(l.time);
+  out->set_from(l.from);
+  if (l.node.valid() && l.node.value < e.topology().node_count()) out->set_node(e.topology().node(l.node).name);
+  out->set_rate(l.rate);
+  out->set_amount(l.amount);
+  out->set_waived(l.waived);
+  if (with_tenant) out->set_tenant(w.TenantName(l.tenant));
+}
+
+enum class Need { kTenant, kAnyRole, kOperator, kAdmin };
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+class Server::Services {
+ public:
+  Services(Server* s) : s_(s), limiter_(s->options_.rate_limit, s->options_.rate_burst), tenant_(this), op_(this), admin_(this) {}
+
+  // Authenticates, authorizes, rate-limits, runs `body`, records metrics.
+  template <typename F>
+  grpc::Status Call(const char* method, ServerContext* ctx, Need need, F&& body) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = [&]() -> Status {
+      LZ_ASSIGN_OR_RETURN(Principal p, Authenticate(ctx));
+      LZ_RETURN_IF_ERROR(Authorize(p, need));
+      LZ_RETURN_IF_ERROR(Limit(p));
+      return body(p);
+    }();
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    Stats(method)->Observe(static_cast<int>(st.code()), us);
+    return ToGrpc(st);
+  }
+
+  Result<Principal> Authenticate(ServerContext* ctx) const {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end()) return Unauthenticated("authorization: missing bearer token");
+    return s_->tokens_.Authenticate(std::string_view(it->second.data(), it->second.size()));
+  }
+
+  static Status Authorize(const Principal& p, Need need) {
+    switch (need) {
+      case Need::kAnyRole: return Status::Ok();
+      case Need::kTenant:
+        if (p.role != Role::kTenant) return PermissionDenied("authorization: this call needs a tenant token");
+        return Status::Ok();
+      case Need::kOperator:
+        if (p.role == Role::kTenant) return PermissionDenied("authorization: this call needs an operator or admin token");
+        return Status::Ok();
+      case Need::kAdmin:
+        if (p.role != Role::kAdmin) return PermissionDenied("authorization: this call needs an admin token");
+        return Status::Ok();
+    }
+    return Internal("authorization: unknown need");
+  }
+
+  Status Limit(const Principal& p) {
+    uint64_t key = p.role == Role::kTenant ? p.tenant.value : (1ull << 63) | p.token_id;
+    if (limiter_.Allow(key)) return Status::Ok();
+    s_->metrics_.rate_limited.fetch_add(1, std::memory_order_relaxed);
+    return ResourceExhausted("rate limit: more than " + std::to_string(static_cast<int64_t>(s_->options_.rate_limit)) +
+                             " requests per second for " + p.Actor());
+  }
+
+  MethodStats* Stats(const char* method) {
+    std::lock_guard lock(stats_mu_);
+    auto& m = stats_[method];
+    if (!m) m = s_->metrics_.Method(method);
+    return m;
+  }
+
+  template <typename T>
+  Result<T> Exec(const Principal& p, std::function<Result<T>(WriterContext&)> work) {
+    return s_->core_->Execute<T>(p.Actor(), std::move(work));
+  }
+  Status ExecStatus(const Principal& p, std::function<Status(WriterContext&)> work) {
+    auto r = s_->core_->Execute<bool>(p.Actor(), [&](WriterContext& w) -> Result<bool> {
+      LZ_RETURN_IF_ERROR(work(w));
+      return true;
+    });
+    return r.status();
+  }
+
+  // Streams events from a subscription until the client goes away or the server stops.
+  grpc::Status Stream(const char* method, ServerContext* ctx, grpc::ServerWriter<pb::Event>* writer, Need need,
+                      const pb::WatchRequest* req) {
+    std::shared_ptr<Subscription> sub;
+    grpc::Status setup = Call(method, ctx, need, [&](const Principal& p) -> Status {
+      if (req->vertices_size() > 4096) return InvalidArgument("vertices: at most 4096");
+      LZ_ASSIGN_OR_RETURN(auto set, Exec<std::unordered_set<uint32_t>>(
+                                        p, [&](WriterContext& w) -> Result<std::unordered_set<uint32_t>> {
+                                          std::unordered_set<uint32_t> out;
+                                          for (int i = 0; i < req->vertices_size(); ++i) {
+                                            LZ_ASSIGN_OR_RETURN(VertexId v,
+                                                                FindVertexOr(w.engine(), req->vertices(i),
+                                                                             "vertices[" + std::to_string(i) + "]"));
+                                            out.insert(v.value);
+                                          }
+                                          return out;
+                                        }));
+      sub = s_->core_->Subscribe(p.role != Role::kTenant, p.tenant, std::move(set));
+      return Status::Ok();
+    });
+    if (!setup.ok()) return setup;
+    // Tell the client the subscription is live before any event.
+    writer->SendInitialMetadata();
+    Status end;
+    for (;;) {
+      std::vector<WireEvent> events;
+      bool open = sub->Next(&events, std::chrono::milliseconds(200));
+      bool broken = false;
+      for (const auto& e : events) {
+        pb::Event out;
+        FillEvent(e, &out);
+        if (!writer->Write(out)) {
+          broken = true;
+          break;
+        }
+      }
+      if (broken || ctx->IsCancelled()) break;
+      if (!open) {
+        end = sub->close_status();
+        break;
+      }
+    }
+    s_->core_->Unsubscribe(sub);
+    return ToGrpc(end);
+  }
+
+  // ---- Tenant service ----
+  class Tenant final : public pb::TenantService::Service {
+   public:
+    explicit Tenant(Services* s) : s_(s) {}
+
+    grpc::Status PlaceOrder(ServerContext* c, const pb::PlaceOrderRequest* q, pb::PlaceOrderResponse* r) override {
+      return s_->Call("PlaceOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->scope(), "scope"));
+        LZ_RETURN_IF_ERROR(CheckPrice(q->price(), "price"));
+        uint32_t count = q->count() == 0 ? 1 : q->count();
+        if (count > kMaxGang) return InvalidArgument("count: must be at most " + std::to_string(kMaxGang));
+        if (!pb::Locality_IsValid(q->locality())) return InvalidArgument("locality: unknown value");
+        auto locality = static_cast<market::Locality>(q->locality());
+        if (locality == market::Locality::kAny && !q->rel_to().empty()) {
+          return InvalidArgument("rel_to: needs a locality");
+        }
+        if (locality != market::Locality::kAny && q->rel_to().empty()) {
+          return InvalidArgument("rel_to: required with a locality");
+        }
+        LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
+          market::OrderSpec spec;
+          LZ_ASSIGN_OR_RETURN(spec.scope, FindVertexOr(w.engine(), q->scope(), "scope"));
+          spec.price = q->price();
+          spec.count = count;
+          spec.locality = locality;
+          if (locality != market::Locality::kAny) {
+            LZ_ASSIGN_OR_RETURN(spec.rel_to, FindNodeOr(w.engine(), q->rel_to(), "rel_to"));
+          }
+          ApplyResult a = w.Apply(market::OpPlaceOrder{p.tenant, spec});
+          if (!a.status.ok()) return a.status;
+          return a.created_id;
+        }));
+        r->set_order(id);
+        return Status::Ok();
+      });
+    }
+
+    static Status Update(WriterContext& w, const Principal& p, uint64_t order, int64_t price) {
+      LZ_RETURN_IF_ERROR(OwnOrder(w.engine(), p.tenant, order).status());
+      return w.Apply(market::OpUpdateOrder{p.tenant, OrderId(order), price}).status;
+    }
+
+    grpc::Status UpdateOrder(ServerContext* c, const pb::UpdateOrderRequest* q, pb::UpdateOrderResponse* r) override {
+      return s_->Call("UpdateOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckPrice(q->price(), "price"));
+        r->set_tag(q->tag());
+        return s_->ExecStatus(p, [&](WriterContext& w) { return Update(w, p, q->order(), q->price()); });
+      });
+    }
+
+    grpc::Status StreamUpdates(ServerContext* c,
+                               grpc::ServerReaderWriter<pb::UpdateOrderResponse, pb::UpdateOrderRequest>* stream) override {
+      auto t0 = std::chrono::steady_clock::now();
+      auto principal = s_->Authenticate(c);
+      Status st = principal.status();
+      if (st.ok()) st = Authorize(*principal, Need::kTenant);
+      if (!st.ok()) {
+        s_->Stats("StreamUpdates")->Observe(static_cast<int>(st.code()), 0);
+        return ToGrpc(st);
+      }
+      const Principal p = *principal;
+      MethodStats* stats = s_->Stats("StreamUpdates.update");
+      struct Acks {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::deque<pb::UpdateOrderResponse> q;
+        size_t outstanding = 0;
+        bool reading_done = false;
+      };
+      auto acks = std::make_shared<Acks>();
+      constexpr size_t kWindow = 4096;
+      std::thread writer([&] {
+        for (;;) {
+          std::deque<pb::UpdateOrderResponse> out;
+          {
+            std::unique_lock lock(acks->mu);
+            acks->cv.wait(lock, [&] { return !acks->q.empty() || (acks->reading_done && acks->outstanding == 0); });
+            if (acks->q.empty()) return;
+            out.swap(acks->q);
+          }
+          for (auto& a : out) stream->Write(a);
+          std::lock_guard lock(acks->mu);
+          acks->outstanding -= out.size();
+          acks->cv.notify_all();
+        }
+      });
+      pb::UpdateOrderRequest q;
+      while (stream->Read(&q)) {
+        {
+          std::unique_lock lock(acks->mu);
+          acks->cv.wait(lock, [&] { return acks->outstanding < kWindow; });
+          ++acks->outstanding;
+        }
+        auto start = std::chrono::steady_clock::now();
+        uint64_t tag = q.tag(), order = q.order();
+        int64_t price = q.price();
+        auto result = std::make_shared<Status>();
+        *result = s_->Limit(p);
+        if (result->ok()) *result = CheckPrice(price, "price");
+        bool run = result->ok();
+        s_->s_->core_->Submit(
+            p.Actor(),
+            [result, run, &p, order, price](WriterContext& w) {
+              if (run) *result = Update(w, p, order, price);
+            },
+            [acks, result, tag, start, stats](const Status& durable) {
+              pb::UpdateOrderResponse a;
+              a.set_tag(tag);
+              const Status& s = durable.ok() ? *result : durable;
+              a.set_code(static_cast<int>(s.code()));
+              if (!s.ok()) a.set_message(s.message());
+              auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
+                            .count();
+              stats->Observe(static_cast<int>(s.code()), us);
+              std::lock_guard lock(acks->mu);
+              acks->q.push_back(std::move(a));
+              acks->cv.notify_all();
+            });
+      }
+      {
+        std::lock_guard lock(acks->mu);
+        acks->reading_done = true;
+        acks->cv.notify_all();
+      }
+      writer.join();
+      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      s_->Stats("StreamUpdates")->Observe(0, us);
+      return grpc::Status::OK;
+    }
+
+    grpc::Status CancelOrder(ServerContext* c, const pb::CancelOrderRequest* q, pb::CancelOrderResponse*) override {
+      return s_->Call("CancelOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_RETURN_IF_ERROR(OwnOrder(w.engine(), p.tenant, q->order()).status());
+          return w.Apply(market::OpCancelOrder{p.tenant, OrderId(q->order())}).status;
+        });
+      });
+    }
+
+    grpc::Status SetLimit(ServerContext* c, const pb::SetLimitRequest* q, pb::SetLimitResponse*) override {
+      return s_->Call("SetLimit", c, Need::kTenant, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->node(), "node"));
+        LZ_RETURN_IF_ERROR(CheckPrice(q->limit(), "limit"));
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(NodeId n, FindNodeOr(w.engine(), q->node(), "node"));
+          LZ_RETURN_IF_ERROR(HeldBy(w, p, n));
+          return w.Apply(market::OpSetLimit{p.tenant, n, q->limit()}).status;
+        });
+      });
+    }
+
+    // The same answer for a node held by someone else as for a free one.
+    static Status HeldBy(WriterContext& w, const Principal& p, NodeId n) {
+      auto v = w.engine().GetNode(n);
+      if (!v.ok() || v->holder != p.tenant ||
+          (v->status != market::NodeStatus::kHeld && v->status != market::NodeStatus::kContested)) {
+        return FailedPrecondition("node: you do not hold \"" + w.engine().topology().node(n).name + "\"");
+      }
+      return Status::Ok();
+    }
+
+    grpc::Status Relinquish(ServerContext* c, const pb::RelinquishRequest* q, pb::RelinquishResponse*) override {
+      return s_->Call("Relinquish", c, Need::kTenant, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->node(), "node"));
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(NodeId n, FindNodeOr(w.engine(), q->node(), "node"));
+          LZ_RETURN_IF_ERROR(HeldBy(w, p, n));
+          return w.Apply(market::OpRelinquish{p.tenant, n}).status;
+        });
+      });
+    }
+
+    grpc::Status ListOrders(ServerContext* c, const pb::ListOrdersRequest*, pb::ListOrdersResponse* r) override {
+      return s_->Call("ListOrders", c, Need::kTenant, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(market::TenantView t, w.engine().GetTenant(p.tenant));
+          for (OrderId id : t.orders) {
+            auto o = w.engine().GetOrder(id);
+            if (o.ok()) FillOrder(w.engine(), *o, r->add_orders());
+          }
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status ListNodes(ServerContext* c, const pb::ListNodesRequest*, pb::ListNodesResponse* r) override {
+      return s_->Call("ListNodes", c, Need::kTenant, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          const auto& e = w.engine();
+          LZ_ASSIGN_OR_RETURN(market::TenantView t, e.GetTenant(p.tenant));
+          for (NodeId n : t.nodes) {
+            auto v = e.GetNode(n);
+            if (!v.ok()) continue;
+            auto* out = r->add_nodes();
+            const auto& node = e.topology().node(n);
+            out->set_node(node.name);
+            out->set_node_id(n.value);
+            out->set_type(e.topology().type_name(node.type));
+            out->set_location(LocationPath(e.topology(), n));
+            out->set_limit(v->limit);
+            out->set_held_since(v->held_since);
+            out->set_status(std::string(market::NodeStatusName(v->status)));
+          }
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status Quote(ServerContext* c, const pb::QuoteRequest* q, pb::QuoteResponse* r) override {
+      return s_->Call("Quote", c, Need::kAnyRole, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->vertex(), "vertex"));
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(VertexId v, FindVertexOr(w.engine(), q->vertex(), "vertex"));
+          LZ_ASSIGN_OR_RETURN(market::VertexQuote vq, w.engine().Quote(v, q->depth()));
+          FillQuote(w.engine(), vq, r->mutable_quote());
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status EvictionQuote(ServerContext* c, const pb::EvictionQuoteRequest* q,
+                               pb::EvictionQuoteResponse* r) override {
+      return s_->Call("EvictionQuote", c, Need::kTenant, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->node(), "node"));
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(NodeId n, FindNodeOr(w.engine(), q->node(), "node"));
+          LZ_RETURN_IF_ERROR(HeldBy(w, p, n));
+          LZ_ASSIGN_OR_RETURN(market::EvictionQuote e, w.engine().GetEvictionQuote(p.tenant, n));
+          r->set_node(q->node());
+          r->set_limit(e.limit);
+          r->set_competing(e.competing);
+          r->set_floor(e.floor);
+          r->set_obtain(e.obtain);
+          r->set_pays(e.pays);
+          r->set_contested(e.contested);
+          r->set_deadline(e.deadline);
+          if (e.reasons) r->set_reasons(market::ReasonNames(e.reasons));
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status GetBalance(ServerContext* c, const pb::GetBalanceRequest*, pb::BalanceResponse* r) override {
+      return s_->Call("GetBalance", c, Need::kTenant, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(market::TenantView t, w.engine().GetTenant(p.tenant));
+          LZ_ASSIGN_OR_RETURN(Money avail, w.engine().AvailableBalance(p.tenant));
+          r->set_tenant(t.name);
+          r->set_tenant_id(t.id.value);
+          r->set_balance(t.balance);
+          r->set_available(avail);
+          r->set_max_rate(t.max_rate);
+          r->set_committed_rate(t.committed_rate);
+          r->set_spend_rate(t.spend_rate);
+          r->set_paid(t.paid);
+          r->set_waived(t.waived);
+          r->set_exhausted(t.exhausted);
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status GetLedger(ServerContext* c, const pb::GetLedgerRequest* q, pb::LedgerResponse* r) override {
+      return s_->Call("GetLedger", c, Need::kTenant, [&](const Principal& p) -> Status {
+        size_t limit = q->limit() == 0 ? 100 : std::min<size_t>(q->limit(), kMaxListed);
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          auto ledger = w.engine().ledger();
+          std::vector<const market::LedgerEntry*> mine;
+          for (auto it = ledger.rbegin(); it != ledger.rend() && mine.size() < limit; ++it) {
+            if (it->tenant == p.tenant) mine.push_back(&*it);
+          }
+          for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
+            FillLedger(w.engine(), **it, false, w, r->add_entries());
+          }
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status GetTopology(ServerContext* c, const pb::GetTopologyRequest*, pb::TopologyResponse* r) override {
+      return s_->Call("GetTopology", c, Need::kAnyRole, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          const auto& t = w.engine().topology();
+          for (uint32_t i = 0; i < t.node_count(); ++i) {
+            NodeId id(i);
+            const auto& n = t.node(id);
+            auto* out = r->add_nodes();
+            out->set_id(i);
+            out->set_name(n.name);
+            out->set_type(t.type_name(n.type));
+            // Rack path is region/zone/row/rack.
+            std::vector<std::string> parts;
+            for (LocationId l = n.rack; l.valid() && l != topology::Topology::kRootLocation; l = t.location(l).parent) {
+              parts.insert(parts.begin(), t.location(l).name);
+            }
+            if (parts.size() == 4) {
+              out->set_region(parts[0]);
+              out->set_zone(parts[1]);
+              out->set_row(parts[2]);
+              out->set_rack(parts[3]);
+            }
+            out->set_gpus(n.meta.gpus);
+            out->set_memory_gb(n.meta.memory_gb);
+            out->set_power_w(n.meta.power_w);
+            out->set_alive(n.alive);
+            out->set_leaf(n.leaf.value);
+            out->set_type_root(t.TypeRoot(n.type).value);
+          }
+          for (uint32_t v = 0; v < t.vertex_count(); ++v) {
+            auto* out = r->add_vertices();
+            out->set_id(v);
+            out->set_name(t.VertexName(VertexId(v)));
+          }
+          r->set_now(w.now());
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status Watch(ServerContext* c, const pb::WatchRequest* q, grpc::ServerWriter<pb::Event>* w) override {
+      return s_->Stream("Watch", c, w, Need::kTenant, q);
+    }
+
+   private:
+    Services* s_;
+  };
+
+  // ---- Operator service ----
+  class Operator final : public pb::OperatorService::Service {
+   public:
+    explicit Operator(Services* s) : s_(s) {}
+
+    grpc::Status AddNodes(ServerContext* c, const pb::AddNodesRequest* q, pb::AddNodesResponse* r) override {
+      return s_->Call("AddNodes", c, Need::kOperator, [&](const Principal& p) -> Status {
+        if (q->nodes_size() == 0) return InvalidArgument("nodes: must not be empty");
+        if (q->nodes_size() > 10000) return InvalidArgument("nodes: at most 10000 per call");
+        std::vector<topology::NodeInfo> infos;
+        std::unordered_set<std::string> names;
+        for (int i = 0; i < q->nodes_size(); ++i) {
+          const auto& n = q->nodes(i);
+          std::string f = "nodes[" + std::to_string(i) + "].";
+          LZ_RETURN_IF_ERROR(CheckName(n.name(), f + "name"));
+          LZ_RETURN_IF_ERROR(CheckName(n.type(), f + "type"));
+          LZ_RETURN_IF_ERROR(CheckName(n.region(), f + "region"));
+          LZ_RETURN_IF_ERROR(CheckName(n.zone(), f + "zone"));
+          LZ_RETURN_IF_ERROR(CheckName(n.row(), f + "row"));
+          LZ_RETURN_IF_ERROR(CheckName(n.rack(), f + "rack"));
+          for (const std::string* part : {&n.name(), &n.type(), &n.region(), &n.zone(), &n.row(), &n.rack()}) {
+            if (part->find('/') != std::string::npos) return InvalidArgument(f + "name: must not contain '/'");
+          }
+          if (n.gpus() < 0) return InvalidArgument(f + "gpus: must not be negative");
+          if (n.memory_gb() < 0) return InvalidArgument(f + "memory_gb: must not be negative");
+          if (n.power_w() < 0) return InvalidArgument(f + "power_w: must not be negative");
+          if (!names.insert(n.name()).second) return InvalidArgument(f + "name: repeated in this request");
+          infos.push_back(topology::NodeInfo{n.name(), n.type(), n.region(), n.zone(), n.row(), n.rack(),
+                                             topology::NodeMeta{n.gpus(), n.memory_gb(), n.power_w()}});
+        }
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          for (size_t i = 0; i < infos.size(); ++i) {
+            if (w.engine().topology().FindNode(infos[i].name).ok()) {
+              return AlreadyExists("nodes[" + std::to_string(i) + "].name: a node named \"" + infos[i].name +
+                                   "\" exists");
+            }
+          }
+          for (const auto& info : infos) {
+            ApplyResult a = w.Apply(market::OpAddNode{info});
+            if (!a.status.ok()) return a.status;
+            r->add_node_ids(static_cast<uint32_t>(a.created_id));
+          }
+          return Status::Ok();
+        });
+      });
+    }
+
+    static Result<market::FloorTarget> Target(WriterContext& w, const std::string& node, const std::string& location) {
+      market::FloorTarget t;
+      if (!node.empty() && !location.empty()) return InvalidArgument("node: give a node or a location, not both");
+      if (!node.empty()) {
+        LZ_ASSIGN_OR_RETURN(t.node, FindNodeOr(w.engine(), node, "node"));
+        return t;
+      }
+      auto l = w.engine().topology().FindLocation(location);
+      if (!l.ok()) return NotFound("location: no location \"" + location.substr(0, 64) + "\"");
+      t.location = *l;
+      return t;
+    }
+
+    grpc::Status DrainNodes(ServerContext* c, const pb::DrainRequest* q, pb::PolicyResponse* r) override {
+      return s_->Call("DrainNodes", c, Need::kOperator, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->node(), "node", false));
+        LZ_RETURN_IF_ERROR(CheckName(q->location(), "location", false));
+        if (q->start() < 0) return InvalidArgument("start: must not be negative");
+        if (q->end() < 0) return InvalidArgument("end: must not be negative");
+        if (q->end() != 0 && q->end() <= q->start()) return InvalidArgument("end: must be after start");
+        LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
+          if (q->node().empty() && q->location().empty()) return InvalidArgument("node: give a node or a location");
+          LZ_ASSIGN_OR_RETURN(auto target, Target(w, q->node(), q->location()));
+          market::MaintenanceSpec m;
+          m.target = target;
+          m.start = std::max(q->start(), w.now());
+          m.end = q->end() == 0 ? kNever : q->end();
+          if (m.end <= m.start) return InvalidArgument("end: must be in the future");
+          ApplyResult a = w.Apply(market::OpAddPolicy{m});
+          if (!a.status.ok()) return a.status;
+          return a.created_id;
+        }));
+        r->set_policy(static_cast<uint32_t>(id));
+        return Status::Ok();
+      });
+    }
+
+    grpc::Status RemoveNodes(ServerContext* c, const pb::RemoveNodesRequest* q, pb::RemoveNodesResponse*) override {
+      return s_->Call("RemoveNodes", c, Need::kOperator, [&](const Principal& p) -> Status {
+        if (q->nodes_size() == 0) return InvalidArgument("nodes: must not be empty");
+        if (q->nodes_size() > 10000) return InvalidArgument("nodes: at most 10000 per call");
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          std::vector<NodeId> ids;
+          for (int i = 0; i < q->nodes_size(); ++i) {
+            std::string f = "nodes[" + std::to_string(i) + "]";
+            LZ_ASSIGN_OR_RETURN(NodeId n, FindNodeOr(w.engine(), q->nodes(i), f));
+            auto v = w.engine().GetNode(n);
+            if (!v.ok() || v->status != market::NodeStatus::kFree) {
+              return FailedPrecondition(f + ": \"" + q->nodes(i) + "\" is not free; drain it first");
+            }
+            ids.push_back(n);
+          }
+          for (NodeId n : ids) {
+            Status st = w.Apply(market::OpRemoveNode{n}).status;
+            if (!st.ok()) return st;
+          }
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status SetFloor(ServerContext* c, const pb::SetFloorRequest* q, pb::PolicyResponse* r) override {
+      return s_->Call("SetFloor", c, Need::kOperator, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->node(), "node", false));
+        LZ_RETURN_IF_ERROR(CheckName(q->location(), "location", false));
+        LZ_RETURN_IF_ERROR(CheckPrice(q->price(), "price"));
+        LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
+          LZ_ASSIGN_OR_RETURN(auto target, Target(w, q->node(), q->location()));
+          ApplyResult a = w.Apply(market::OpAddPolicy{market::StaticFloorSpec{target, q->price()}});
+          if (!a.status.ok()) return a.status;
+          return a.created_id;
+        }));
+        r->set_policy(static_cast<uint32_t>(id));
+        return Status::Ok();
+      });
+    }
+
+    grpc::Status SetPowerCap(ServerContext* c, const pb::PowerCapRequest* q, pb::PolicyResponse* r) override {
+      return s_->Call("SetPowerCap", c, Need::kOperator, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->row(), "row"));
+        if (q->cap_w() <= 0) return InvalidArgument("cap_w: must be positive");
+        if (q->steps_size() == 0) return InvalidArgument("steps: must not be empty");
+        if (q->steps_size() > 64) return InvalidArgument("steps: at most 64");
+        market::PowerCapSpec spec;
+        spec.cap_w = q->cap_w();
+        Ppm last = -1;
+        for (int i = 0; i < q->steps_size(); ++i) {
+          std::string f = "steps[" + std::to_string(i) + "].";
+          const auto& s = q->steps(i);
+          if (s.utilization_ppm() < 0) return InvalidArgument(f + "utilization_ppm: must not be negative");
+          if (s.utilization_ppm() <= last) return InvalidArgument(f + "utilization_ppm: must increase");
+          last = s.utilization_ppm();
+          if (s.floor() != kInfPrice) LZ_RETURN_IF_ERROR(CheckPrice(s.floor(), f + "floor"));
+          spec.steps.emplace_back(s.utilization_ppm(), s.floor());
+        }
+        LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
+          auto l = w.engine().topology().FindLocation(q->row());
+          if (!l.ok()) return NotFound("row: no location \"" + q->row().substr(0, 64) + "\"");
+          if (w.engine().topology().location(*l).level != topology::Level::kRow) {
+            return InvalidArgument("row: \"" + q->row() + "\" is not a row");
+          }
+          spec.row = *l;
+          ApplyResult a = w.Apply(market::OpAddPolicy{spec});
+          if (!a.status.ok()) return a.status;
+          return a.created_id;
+        }));
+        r->set_policy(static_cast<uint32_t>(id));
+        return Status::Ok();
+      });
+    }
+
+    grpc::Status RemovePolicy(ServerContext* c, const pb::RemovePolicyRequest* q, pb::RemovePolicyResponse*) override {
+      return s_->Call("RemovePolicy", c, Need::kOperator, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(
+            p, [&](WriterContext& w) { return w.Apply(market::OpRemovePolicy{PolicyId(q->policy())}).status; });
+      });
+    }
+
+    grpc::Status SetVolatility(ServerContext* c, const pb::SetVolatilityRequest* q, pb::MarketParams* r) override {
+      return s_->Call("SetVolatility", c, Need::kOperator, [&](const Principal& p) -> Status {
+        if (q->update_size() > 16) return InvalidArgument("update: at most 16 fields");
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          market::MarketParams mp = w.engine().params();
+          const auto& in = q->params();
+          for (int i = 0; i < q->update_size(); ++i) {
+            const std::string& f = q->update(i);
+            if (f == "grace_us") mp.grace = in.grace_us();
+            else if (f == "hysteresis_ppm") mp.hysteresis_ppm = in.hysteresis_ppm();
+            else if (f == "tick") mp.tick = in.tick();
+            else if (f == "clip_alpha_ppm") mp.clip_alpha_ppm = in.clip_alpha_ppm();
+            else if (f == "clip_interval_us") mp.clip_interval = in.clip_interval_us();
+            else if (f == "decay_beta") mp.decay_beta = in.decay_beta();
+            else if (f == "min_hold_us") mp.min_hold = in.min_hold_us();
+            else return InvalidArgument("update[" + std::to_string(i) + "]: unknown field \"" + f.substr(0, 32) + "\"");
+          }
+          if (q->update_size() > 0) {
+            LZ_RETURN_IF_ERROR(market::ValidateParams(mp));
+            LZ_RETURN_IF_ERROR(w.Apply(market::OpSetParams{mp}).status);
+          }
+          const auto& now = w.engine().params();
+          r->set_grace_us(now.grace);
+          r->set_hysteresis_ppm(now.hysteresis_ppm);
+          r->set_tick(now.tick);
+          r->set_clip_alpha_ppm(now.clip_alpha_ppm);
+          r->set_clip_interval_us(now.clip_interval);
+          r->set_decay_beta(now.decay_beta);
+          r->set_min_hold_us(now.min_hold);
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status ListCluster(ServerContext* c, const pb::ListClusterRequest*, pb::ListClusterResponse* r) override {
+      return s_->Call("ListCluster", c, Need::kOperator, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          const auto& e = w.engine();
+          const auto& t = e.topology();
+          for (uint32_t i = 0; i < t.node_count(); ++i) {
+            NodeId id(i);
+            if (!t.IsLiveNode(id)) continue;
+            auto v = e.GetNode(id);
+            if (!v.ok()) continue;
+            auto* out = r->add_nodes();
+            out->set_node(t.node(id).name);
+            out->set_node_id(i);
+            out->set_type(t.type_name(t.node(id).type));
+            out->set_location(LocationPath(t, id));
+            out->set_status(std::string(market::NodeStatusName(v->status)));
+            if (v->holder.valid()) out->set_holder(w.TenantName(v->holder));
+            out->set_limit(v->limit);
+            out->set_floor(v->floor);
+          }
+          r->set_now(w.now());
+          r->set_resting_orders(e.resting_order_count());
+          r->set_tenants(static_cast<uint32_t>(e.tenant_count()));
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status GetLedger(ServerContext* c, const pb::OperatorLedgerRequest* q,
+                           pb::OperatorLedgerResponse* r) override {
+      return s_->Call("Operator.GetLedger", c, Need::kOperator, [&](const Principal& p) -> Status {
+        size_t limit = q->limit() == 0 ? 100 : std::min<size_t>(q->limit(), kMaxListed);
+        LZ_RETURN_IF_ERROR(CheckName(q->tenant(), "tenant", false));
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          const auto& e = w.engine();
+          TenantId filter;
+          if (!q->tenant().empty()) {
+            LZ_ASSIGN_OR_RETURN(filter, FindTenantOr(e, q->tenant(), "tenant"));
+          }
+          auto ledger = e.ledger();
+          std::vector<const market::LedgerEntry*> picked;
+          for (auto it = ledger.rbegin(); it != ledger.rend() && picked.size() < limit; ++it) {
+            if (!filter.valid() || it->tenant == filter) picked.push_back(&*it);
+          }
+          for (auto it = picked.rbegin(); it != picked.rend(); ++it) FillLedger(e, **it, true, w, r->add_entries());
+          auto totals = e.ledger_totals();
+          r->set_deposited(totals.deposited);
+          r->set_tenant_balances(totals.tenant_balances);
+          r->set_operator_revenue(totals.operator_revenue);
+          r->set_waived(totals.waived);
+          r->set_unsettled(e.UnsettledCharges());
+          r->set_total_entries(totals.entries);
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status GetAuditLog(ServerContext* c, const pb::AuditLogRequest* q, pb::AuditLogResponse* r) override {
+      return s_->Call("GetAuditLog", c, Need::kOperator, [&](const Principal&) -> Status {
+        size_t limit = q->limit() == 0 ? 100 : std::min<size_t>(q->limit(), kMaxListed);
+        LZ_ASSIGN_OR_RETURN(auto records, s_->s_->store_->RecentJournal(limit));
+        for (const auto& rec : records) {
+          auto* out = r->add_records();
+          out->set_seq(rec.seq);
+          out->set_actor(rec.actor);
+          out->set_operation(rec.line);
+        }
+        return Status::Ok();
+      });
+    }
+
+    grpc::Status Watch(ServerContext* c, const pb::WatchRequest* q, grpc::ServerWriter<pb::Event>* w) override {
+      return s_->Stream("Operator.Watch", c, w, Need::kOperator, q);
+    }
+
+   private:
+    Services* s_;
+  };
+
+  // ---- Admin service ----
+  class Admin final : public pb::AdminService::Service {
+   public:
+    explicit Admin(Services* s) : s_(s) {}
+
+    static TokenRecord NewRecord(WriterContext& w, const std::string& token, Role role, TenantId tenant,
+                                 const std::string& name) {
+      TokenRecord t;
+      t.id = w.NextTokenId();
+      t.hash = HashToken(token);
+      t.role = std::string(RoleName(role));
+      t.tenant_id = tenant.value;
+      t.name = name;
+      t.created = WallClockMicros();
+      return t;
+    }
+
+    grpc::Status CreateTenant(ServerContext* c, const pb::CreateTenantRequest* q, pb::CreateTenantResponse* r) override {
+      return s_->Call("CreateTenant", c, Need::kAdmin, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckTenantName(q->name()));
+        LZ_RETURN_IF_ERROR(CheckAmount(q->balance(), "balance", "micro-units"));
+        LZ_RETURN_IF_ERROR(CheckPrice(q->max_rate(), "max_rate"));
+        std::string token = NewToken();
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          if (w.engine().FindTenant(q->name()).ok()) {
+            return AlreadyExists("name: a tenant named \"" + q->name() + "\" exists");
+          }
+          Price max_rate = q->max_rate() == 0 ? kInfPrice : q->max_rate();
+          ApplyResult a = w.Apply(market::OpCreateTenant{q->name(), q->balance(), max_rate});
+          if (!a.status.ok()) return a.status;
+          TenantId id(static_cast<uint32_t>(a.created_id));
+          TokenRecord t = NewRecord(w, token, Role::kTenant, id, q->name());
+          w.PutToken(t);
+          r->set_tenant(q->name());
+          r->set_tenant_id(id.value);
+          r->set_token(token);
+          r->set_token_id(t.id);
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status Deposit(ServerContext* c, const pb::DepositRequest* q, pb::DepositResponse* r) override {
+      return s_->Call("Deposit", c, Need::kAdmin, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckAmount(q->amount(), "amount", "micro-units"));
+        if (q->amount() == 0) return InvalidArgument("amount: must be positive");
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(TenantId t, FindTenantOr(w.engine(), q->tenant(), "tenant"));
+          LZ_RETURN_IF_ERROR(w.Apply(market::OpDeposit{t, q->amount()}).status);
+          LZ_ASSIGN_OR_RETURN(market::TenantView v, w.engine().GetTenant(t));
+          r->set_balance(v.balance);
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status IssueToken(ServerContext* c, const pb::IssueTokenRequest* q, pb::IssueTokenResponse* r) override {
+      return s_->Call("IssueToken", c, Need::kAdmin, [&](const Principal& p) -> Status {
+        LZ_ASSIGN_OR_RETURN(Role role, ParseRole(q->role(), "role"));
+        LZ_RETURN_IF_ERROR(CheckName(q->name(), "name", false));
+        if (role != Role::kTenant && !q->tenant().empty()) return InvalidArgument("tenant: only for role tenant");
+        std::string token = NewToken();
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          TenantId tenant;
+          std::string name = q->name();
+          if (role == Role::kTenant) {
+            LZ_ASSIGN_OR_RETURN(tenant, FindTenantOr(w.engine(), q->tenant(), "tenant"));
+            name = q->tenant();
+          } else if (name.empty()) {
+            name = std::string(RoleName(role));
+          }
+          TokenRecord t = NewRecord(w, token, role, tenant, name);
+          w.PutToken(t);
+          r->set_token(token);
+          r->set_token_id(t.id);
+          return Status::Ok();
+        });
+      });
+    }
+
+    grpc::Status RevokeToken(ServerContext* c, const pb::RevokeTokenRequest* q, pb::RevokeTokenResponse*) override {
+      return s_->Call("RevokeToken", c, Need::kAdmin, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_ASSIGN_OR_RETURN(TokenRecord t, s_->s_->tokens_.Get(q->token_id()));
+          if (t.revoked) return Status::Ok();  // Idempotent.
+          t.revoked = true;
+          w.PutToken(t);
+          return Status::Ok();
+        });
+      });
+    }
+
+   private:
+    Services* s_;
+  };
+
+  Server* s_;
+  RateLimiter limiter_;
+  std::mutex stats_mu_;
+  std::unordered_map<std::string, MethodStats*> stats_;
+  Tenant tenant_;
+  Operator op_;
+  Admin admin_;
+};
+
+// ---------------------------------------------------------------------------
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {
+  if (options_.db == ":memory:") options_.db.clear();
+  if (options_.admin_token_file.empty() && !options_.db.empty()) {
+    options_.admin_token_file = options_.db + ".admin-token";
+  }
+}
+
+Server::~Server() { Shutdown(); }
+
+namespace {
+Result<std::string> ReadFile(const std::string& path, std::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(std::string(field) + ": cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+Status Server::CreateAdminToken() {
+  std::string token = NewToken();
+  if (!options_.admin_token_file.empty()) {
+    // Written before it is committed: a crash in between leaves a file with an
+    // unknown token, and the next start (still without tokens) replaces it.
+    std::string tmp = options_.admin_token_file + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return Unavailable("admin_token_file: cannot write " + tmp);
+    ::chmod(tmp.c_str(), 0600);
+    std::fprintf(f, "%s\n", token.c_str());
+    bool ok = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+    std::fclose(f);
+    if (!ok || std::rename(tmp.c_str(), options_.admin_token_file.c_str()) != 0) {
+      return Unavailable("admin_token_file: cannot write " + options_.admin_token_file);
+    }
+  }
+  auto r = core_->Execute<bool>("server", [&](WriterContext& w) -> Result<bool> {
+    TokenRecord t;
+    t.id = w.NextTokenId();
+    t.hash = HashToken(token);
+    t.role = "admin";
+    t.name = "admin";
+    t.created = WallClockMicros();
+    w.PutToken(t);
+    return true;
+  });
+  LZ_RETURN_IF_ERROR(r.status());
+  admin_token_ = token;
+  return Status::Ok();
+}
+
+Status Server::Start() {
+  if (options_.tls_cert.empty() != options_.tls_key.empty()) {
+    return InvalidArgument("tls: give both --tls-cert and --tls-key");
+  }
+  if (options_.db.empty()) {
+    store_ = NewMemoryStore();
+  } else {
+    LZ_ASSIGN_OR_RETURN(store_, OpenSqliteStore(options_.db));
+  }
+  core_ = std::make_unique<MarketCore>(store_.get(), &tokens_, &metrics_, options_.core);
+  LZ_RETURN_IF_ERROR(core_->Start());
+  if (tokens_.size() == 0) LZ_RETURN_IF_ERROR(CreateAdminToken());
+
+  services_ = std::make_unique<Services>(this);
+  grpc::ServerBuilder b;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!options_.tls_cert.empty()) {
+    LZ_ASSIGN_OR_RETURN(std::string cert, ReadFile(options_.tls_cert, "tls_cert"));
+    LZ_ASSIGN_OR_RETURN(std::string key, ReadFile(options_.tls_key, "tls_key"));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  b.AddListeningPort(options_.listen, creds, &grpc_port_);
+  b.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  b.RegisterService(&services_->tenant_);
+  b.RegisterService(&services_->op_);
+  b.RegisterService(&services_->admin_);
+  grpc_ = b.BuildAndStart();
+  if (!grpc_ || grpc_port_ == 0) {
+    core_->Stop();
+    return Unavailable("listen: cannot listen on " + options_.listen);
+  }
+
+  if (!options_.http.empty()) {
+    http_ = std::make_unique<HttpServer>();
+    http_->router().Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+      bool ok = !core_->failed();
+      res.status = ok ? 200 : 503;
+      res.set_content(std::string("{\"status\":\"") + (ok ? "ok" : "failed") +
+                          "\",\"journal_seq\":" + std::to_string(metrics_.journal_seq.load()) +
+                          ",\"engine_time_us\":" + std::to_string(metrics_.engine_time_us.load()) + "}\n",
+                      "application/json");
+    });
+    http_->router().Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+    });
+    LZ_RETURN_IF_ERROR(http_->Start(options_.http));
+  }
+  return Status::Ok();
+}
+
+void Server::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (http_) http_->Stop();
+  if (grpc_) {
+    // Watch streams end within their poll interval once the deadline passes.
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  if (core_) core_->Stop();
+}
+
+void Server::Wait() {
+  if (grpc_) grpc_->Wait();
+}
+
+}  // namespace laissez::server

@@ -1,0 +1,81 @@
+// Store: the server's durable state behind a small interface, so the SQLite
+// implementation, the in-memory one used by tests and a replicated backend
+// added later are interchangeable (one typed test suite runs against each).
+//
+// What is stored:
+//  - the journal: the operation log of docs/OPLOG.md, one engine operation per
+//    record in apply order, with the principal that caused it (the audit log);
+//  - the token table: SHA-256 hashes of bearer tokens with their role, never a
+//    token itself.
+// The engine's state is not stored: recovery replays the journal into a fresh
+// engine, which gives the same state because the engine is deterministic.
+//
+// Thread-safety: every method may be called from any thread; implementations
+// serialize internally. Commit is called by one committer thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace laissez::server {
+
+struct JournalRecord {
+  uint64_t seq = 0;     // 1, 2, 3, ... in apply order; assigned by the caller.
+  std::string actor;    // "tenant:acme", "operator:ops", "admin:root", "server".
+  std::string line;     // One operation-log line (docs/OPLOG.md), no newline.
+  bool operator==(const JournalRecord&) const = default;
+};
+
+struct TokenRecord {
+  uint64_t id = 0;       // Assigned by the caller; unique.
+  std::string hash;      // Lower-case hex SHA-256 of the token.
+  std::string role;      // "tenant", "operator" or "admin".
+  uint32_t tenant_id = UINT32_MAX;  // The engine's tenant id, for role "tenant".
+  std::string name;      // Label: the tenant name or the operator's name.
+  bool revoked = false;
+  int64_t created = 0;   // Wall-clock microseconds.
+  bool operator==(const TokenRecord&) const = default;
+};
+
+// One atomic unit of durability.
+struct Batch {
+  std::vector<JournalRecord> journal;
+  std::vector<TokenRecord> tokens;  // Inserted, or replaced by id.
+  bool empty() const { return journal.empty() && tokens.empty(); }
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Appends the journal records and upserts the tokens atomically. When it
+  // returns OK the batch survives a crash of the process or the machine
+  // (SQLite: WAL committed with fsync). On error nothing of the batch is stored.
+  virtual Status Commit(const Batch& batch) = 0;
+
+  // Calls `fn` for every journal record with seq > `after`, ascending; stops at
+  // the first non-OK Status from `fn` and returns it.
+  virtual Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) = 0;
+
+  // The last `limit` journal records, oldest first.
+  virtual Result<std::vector<JournalRecord>> RecentJournal(size_t limit) = 0;
+
+  // Every token record, by id.
+  virtual Result<std::vector<TokenRecord>> LoadTokens() = 0;
+
+  // The highest journal seq stored; 0 when the journal is empty.
+  virtual Result<uint64_t> LastSeq() = 0;
+};
+
+std::unique_ptr<Store> NewMemoryStore();
+
+// Opens (creating if needed) a SQLite database in WAL mode with fsync at every
+// commit (synchronous=FULL).
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+
+}  // namespace laissez::server

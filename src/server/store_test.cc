@@ -1,0 +1,176 @@
+// One typed suite for every Store implementation (store.h): the in-memory
+// store is the reference; SQLite must behave the same and survive reopening.
+#include "server/store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace laissez::server {
+namespace {
+
+struct MemoryFactory {
+  std::unique_ptr<Store> Open() {
+    if (!store) store = NewMemoryStore();
+    // The memory store cannot be reopened; tests of reopening share the object.
+    return std::unique_ptr<Store>(new Forward(store.get()));
+  }
+  static constexpr bool kPersistent = false;
+  std::unique_ptr<Store> store;
+
+  // Lets a test hold several "opens" of the same memory store.
+  struct Forward final : Store {
+    explicit Forward(Store* s) : s_(s) {}
+    Status Commit(const Batch& b) override { return s_->Commit(b); }
+    Status ReadJournal(uint64_t a, const std::function<Status(const JournalRecord&)>& f) override {
+      return s_->ReadJournal(a, f);
+    }
+    Result<std::vector<JournalRecord>> RecentJournal(size_t l) override { return s_->RecentJournal(l); }
+    Result<std::vector<TokenRecord>> LoadTokens() override { return s_->LoadTokens(); }
+    Result<uint64_t> LastSeq() override { return s_->LastSeq(); }
+    Store* s_;
+  };
+};
+
+struct SqliteFactory {
+  SqliteFactory() {
+    path = (std::filesystem::temp_directory_path() /
+            ("laissez_store_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".db"))
+               .string();
+  }
+  ~SqliteFactory() {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  }
+  std::unique_ptr<Store> Open() {
+    auto s = OpenSqliteStore(path);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::move(s).value();
+  }
+  static constexpr bool kPersistent = true;
+  std::string path;
+  static inline int counter = 0;
+};
+
+template <typename F>
+class StoreTest : public ::testing::Test {
+ protected:
+  F factory;
+};
+using Factories = ::testing::Types<MemoryFactory, SqliteFactory>;
+TYPED_TEST_SUITE(StoreTest, Factories);
+
+Batch Records(uint64_t from, uint64_t to) {
+  Batch b;
+  for (uint64_t s = from; s <= to; ++s) b.journal.push_back({s, "tenant:t" + std::to_string(s % 3), "line " + std::to_string(s)});
+  return b;
+}
+
+std::vector<JournalRecord> ReadAll(Store& s, uint64_t after = 0) {
+  std::vector<JournalRecord> out;
+  EXPECT_TRUE(s.ReadJournal(after, [&](const JournalRecord& r) {
+                 out.push_back(r);
+                 return Status::Ok();
+               }).ok());
+  return out;
+}
+
+TYPED_TEST(StoreTest, EmptyStoreHasNothing) {
+  auto s = this->factory.Open();
+  EXPECT_EQ(*s->LastSeq(), 0u);
+  EXPECT_TRUE(ReadAll(*s).empty());
+  EXPECT_TRUE(s->LoadTokens()->empty());
+  EXPECT_TRUE(s->RecentJournal(10)->empty());
+  EXPECT_TRUE(s->Commit(Batch{}).ok());  // An empty batch is a no-op.
+}
+
+TYPED_TEST(StoreTest, CommittedRecordsReadBackInOrder) {
+  auto s = this->factory.Open();
+  ASSERT_TRUE(s->Commit(Records(1, 3)).ok());
+  ASSERT_TRUE(s->Commit(Records(4, 5)).ok());
+  auto all = ReadAll(*s);
+  ASSERT_EQ(all.size(), 5u);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].seq, i + 1);
+    EXPECT_EQ(all[i].line, "line " + std::to_string(i + 1));
+  }
+  EXPECT_EQ(*s->LastSeq(), 5u);
+  auto tail = ReadAll(*s, 3);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0].seq, 4u);
+  auto recent = *s->RecentJournal(2);
+  ASSERT_EQ(recent.size(), 2u);
+  EXPECT_EQ(recent[0].seq, 4u);
+  EXPECT_EQ(recent[1].seq, 5u);
+}
+
+TYPED_TEST(StoreTest, ABatchWithARepeatedSeqStoresNothing) {
+  auto s = this->factory.Open();
+  ASSERT_TRUE(s->Commit(Records(1, 2)).ok());
+  Batch bad = Records(3, 4);
+  bad.journal.push_back({2, "x", "dup"});
+  bad.tokens.push_back(TokenRecord{1, "abc", "admin", UINT32_MAX, "admin", false, 1});
+  Status st = s->Commit(bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("journal.seq"), std::string::npos);
+  EXPECT_EQ(*s->LastSeq(), 2u);
+  EXPECT_TRUE(s->LoadTokens()->empty());
+}
+
+TYPED_TEST(StoreTest, TokensUpsertById) {
+  auto s = this->factory.Open();
+  TokenRecord t{7, "hash7", "tenant", 3, "acme", false, 100};
+  Batch b;
+  b.tokens.push_back(t);
+  ASSERT_TRUE(s->Commit(b).ok());
+  t.revoked = true;
+  b.tokens = {t, TokenRecord{8, "hash8", "operator", UINT32_MAX, "ops", false, 200}};
+  ASSERT_TRUE(s->Commit(b).ok());
+  auto tokens = *s->LoadTokens();
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0], t);
+  EXPECT_EQ(tokens[1].role, "operator");
+}
+
+TYPED_TEST(StoreTest, StateSurvivesReopening) {
+  {
+    auto s = this->factory.Open();
+    Batch b = Records(1, 100);
+    b.tokens.push_back(TokenRecord{1, "h", "admin", UINT32_MAX, "admin", false, 5});
+    ASSERT_TRUE(s->Commit(b).ok());
+  }
+  auto s = this->factory.Open();
+  EXPECT_EQ(*s->LastSeq(), 100u);
+  EXPECT_EQ(ReadAll(*s).size(), 100u);
+  EXPECT_EQ(s->LoadTokens()->size(), 1u);
+}
+
+TYPED_TEST(StoreTest, LongJournalsReadAcrossPages) {
+  auto s = this->factory.Open();
+  ASSERT_TRUE(s->Commit(Records(1, 10000)).ok());
+  auto all = ReadAll(*s);
+  ASSERT_EQ(all.size(), 10000u);
+  EXPECT_EQ(all.back().seq, 10000u);
+}
+
+TYPED_TEST(StoreTest, ReadStopsAtTheCallbacksError) {
+  auto s = this->factory.Open();
+  ASSERT_TRUE(s->Commit(Records(1, 10)).ok());
+  int seen = 0;
+  Status st = s->ReadJournal(0, [&](const JournalRecord& r) {
+    ++seen;
+    return r.seq == 4 ? DataLoss("stop") : Status::Ok();
+  });
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(seen, 4);
+}
+
+TEST(SqliteStore, UnwritablePathIsAnError) {
+  auto s = OpenSqliteStore("/nonexistent-dir/x/y.db");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.status().message().find("db:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace laissez::server

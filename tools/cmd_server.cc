@@ -1,0 +1,4 @@
+#include "tools/commands.h"
+namespace laissez::cli {
+void RegisterServerCommands(CLI::App&, int*) {}
+}
