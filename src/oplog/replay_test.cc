@@ -1,0 +1,289 @@
+// Replay against the live engine: random operation sequences applied live,
+// written as a log and replayed must give exactly the live event stream, state
+// and ledger; plus line numbers, --skip-invalid, id checks and stop_at.
+#include "oplog/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "oplog/random_log.h"
+
+namespace laissez::oplog {
+namespace {
+
+using namespace laissez::market;
+
+class Collect : public EventSink {
+ public:
+  void OnEvents(std::span<const Event> events) override { events_.insert(events_.end(), events.begin(), events.end()); }
+  std::vector<Event> events_;
+};
+
+std::string Encode(const std::vector<LogRecord>& log) {
+  std::string text;
+  for (const LogRecord& r : log) {
+    AppendOperation(r.op, r.created_id, &text);
+    text.push_back('\n');
+  }
+  return text;
+}
+
+std::string EventsText(const std::vector<Event>& events) {
+  std::string s;
+  for (const Event& e : events) {
+    AppendEvent(e, &s);
+    s.push_back('\n');
+  }
+  return s;
+}
+
+struct LiveRun {
+  std::vector<LogRecord> log;
+  std::vector<Event> events;
+  std::string state;
+  std::vector<LedgerEntry> ledger;
+};
+
+LiveRun RunLive(const RandomLogOptions& opts, bool price_events) {
+  EngineOptions eo;
+  eo.price_events = price_events;
+  MarketEngine engine(MarketParams{}, eo);
+  Collect sink;
+  engine.set_sink(&sink);
+  LiveRun run;
+  run.log = DriveRandom(engine, opts);
+  run.events = std::move(sink.events_);
+  ReplayStats stats;
+  stats.operations = run.log.size();
+  run.state = StateJson(engine, stats);
+  run.ledger.assign(engine.ledger().begin(), engine.ledger().end());
+  return run;
+}
+
+void ExpectReplayMatches(const RandomLogOptions& opts, bool price_events) {
+  LiveRun live = RunLive(opts, price_events);
+  std::string text = Encode(live.log);
+
+  ReplayOptions ro;
+  ro.price_events = price_events;
+  Collect sink;
+  Replayer replayer(ro, &sink);
+  Status st = replayer.ReplayText(text);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(replayer.Finish().ok());
+  EXPECT_EQ(replayer.stats().operations, live.log.size());
+  EXPECT_EQ(replayer.stats().invalid, 0u);
+
+  ASSERT_EQ(sink.events_.size(), live.events.size()) << "seed " << opts.seed;
+  for (size_t i = 0; i < live.events.size(); ++i) {
+    ASSERT_EQ(sink.events_[i], live.events[i]) << "seed " << opts.seed << " event " << i << ": live "
+                                               << EncodeEvent(live.events[i]) << " replay "
+                                               << EncodeEvent(sink.events_[i]);
+  }
+  ReplayStats stats;
+  stats.operations = live.log.size();
+  EXPECT_EQ(StateJson(replayer.engine(), stats), live.state) << "seed " << opts.seed;
+  ASSERT_EQ(replayer.engine().ledger().size(), live.ledger.size());
+  for (size_t i = 0; i < live.ledger.size(); ++i) EXPECT_EQ(replayer.engine().ledger()[i], live.ledger[i]);
+
+  // The event stream survives its own encoding.
+  std::string events_text = EventsText(live.events);
+  size_t pos = 0, i = 0;
+  while (pos < events_text.size()) {
+    size_t nl = events_text.find('\n', pos);
+    auto e = DecodeEvent(std::string_view(events_text).substr(pos, nl - pos));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(*e, live.events[i++]);
+    pos = nl + 1;
+  }
+}
+
+TEST(Replay, RandomLogsReplayToTheLiveEventStream) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    RandomLogOptions opts;
+    opts.seed = seed;
+    opts.operations = 400;
+    opts.nodes = 6 + static_cast<int>(seed % 20);
+    opts.tenants = 2 + static_cast<int>(seed % 6);
+    ExpectReplayMatches(opts, /*price_events=*/seed % 2 == 0);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(Replay, RandomLogsWithoutOperatorCallsReplayExactly) {
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    RandomLogOptions opts;
+    opts.seed = seed;
+    opts.operations = 800;
+    opts.operator_ops = false;
+    opts.bad_calls = false;
+    ExpectReplayMatches(opts, true);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Disabled: the engine at commit cff30f7 overruns its per-type index when a
+// node is added after the index was first built (RefreshNode compares the
+// index generation before LeafIndex rebuilds the topology). Enable once fixed.
+TEST(Replay, DISABLED_RandomLogsWithLateNodeAdditions) {
+  for (uint64_t seed = 200; seed < 210; ++seed) {
+    RandomLogOptions opts;
+    opts.seed = seed;
+    opts.operations = 600;
+    opts.late_add_node = true;
+    ExpectReplayMatches(opts, true);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(Replay, GeneratedLogsExerciseTheMarket) {
+  // A replay test over logs where nothing happens could not fail: check the
+  // generator produces contests, transfers, charges and rejections.
+  RandomLogOptions opts;
+  opts.seed = 7;
+  opts.operations = 2000;
+  LiveRun live = RunLive(opts, true);
+  std::vector<int> counts(14, 0);
+  for (const Event& e : live.events) counts[static_cast<int>(e.type)]++;
+  EXPECT_GT(counts[static_cast<int>(EventType::kAllocated)], 0);
+  EXPECT_GT(counts[static_cast<int>(EventType::kNotice)], 0);
+  EXPECT_GT(counts[static_cast<int>(EventType::kTransferred)], 0);
+  EXPECT_GT(counts[static_cast<int>(EventType::kCharged)], 0);
+  EXPECT_GT(counts[static_cast<int>(EventType::kReleased)], 0);
+  EXPECT_GT(counts[static_cast<int>(EventType::kPriceChanged)], 0);
+  MarketEngine engine;
+  int rejected = 0;
+  for (const LogRecord& r : live.log) rejected += !Apply(engine, r.op).status.ok();
+  EXPECT_GT(rejected, 0);
+  EXPECT_LT(rejected, static_cast<int>(live.log.size()) / 2);
+}
+
+TEST(Replay, SameLogGivesByteIdenticalOutput) {
+  RandomLogOptions opts;
+  opts.seed = 3;
+  opts.operations = 500;
+  std::string text = Encode(RunLive(opts, true).log);
+  std::string out[2], state[2];
+  for (int k = 0; k < 2; ++k) {
+    EventLineWriter w;
+    Replayer r(ReplayOptions{}, &w);
+    ASSERT_TRUE(r.ReplayText(text).ok());
+    out[k] = w.text();
+    state[k] = StateJson(r.engine(), r.stats());
+  }
+  EXPECT_FALSE(out[0].empty());
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(state[0], state[1]);
+}
+
+TEST(Replay, PaddedFileReplayEqualsUnpadded) {
+  RandomLogOptions opts;
+  opts.seed = 11;
+  opts.operations = 300;
+  std::string text = Encode(RunLive(opts, true).log);
+  PaddedText padded;
+  padded.buffer = text;
+  padded.size = text.size();
+  padded.buffer.append(Decoder::kPadding, '\0');
+  EventLineWriter a, b;
+  Replayer ra(ReplayOptions{}, &a), rb(ReplayOptions{}, &b);
+  ASSERT_TRUE(ra.ReplayText(text, false).ok());
+  ASSERT_TRUE(rb.ReplayText(padded.text(), true).ok());
+  EXPECT_EQ(a.text(), b.text());
+}
+
+const char* kSmallLog =
+    R"({"v":1,"t":0,"op":"add_node","id":0,"name":"n-0","type":"h100x8","region":"eu","zone":"eu-1a","row":"r1","rack":"k1","gpus":8,"memory_gb":640,"power_w":7000}
+{"v":1,"t":0,"op":"create_tenant","id":0,"name":"alice","balance":1000000000}
+{"v":1,"t":0,"op":"create_tenant","id":1,"name":"bob","balance":1000000000}
+
+# alice bids on the node by name, bob on the whole type.
+{"v":1,"t":1000000,"op":"place_order","id":0,"tenant":0,"scope":"n-0","price":2000000}
+{"v":1,"t":60000000,"op":"place_order","id":1,"tenant":1,"scope":"h100x8","price":3000000}
+{"v":1,"t":300000000,"op":"advance"}
+)";
+
+TEST(Replay, SmallLogWithNamesCommentsAndBlankLines) {
+  Collect sink;
+  Replayer r(ReplayOptions{}, &sink);
+  ASSERT_TRUE(r.ReplayText(kSmallLog).ok());
+  EXPECT_EQ(r.stats().lines, 8u);
+  EXPECT_EQ(r.stats().blank, 2u);
+  EXPECT_EQ(r.stats().operations, 6u);
+  EXPECT_EQ(r.stats().rejected, 0u);
+  auto node = r.engine().GetNode(NodeId(0));
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->holder, TenantId(1));  // Bob outbid alice and the grace ran out.
+  bool transferred = false;
+  for (const Event& e : sink.events_) transferred |= e.type == EventType::kTransferred && e.other == TenantId(0);
+  EXPECT_TRUE(transferred);
+}
+
+TEST(Replay, InvalidLineStopsWithItsNumber) {
+  std::string log = std::string(kSmallLog);
+  // Corrupt line 7 (bob's order; lines 4 and 5 are blank and a comment).
+  size_t pos = log.find("\"price\":3000000");
+  log.replace(pos, 15, "\"price\":-3");
+  Replayer r;
+  Status st = r.ReplayText(log);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "line 7: price: must not be negative (got -3)");
+  EXPECT_EQ(r.stats().operations, 4u);  // Nothing after the bad line was applied.
+
+  ReplayOptions skip;
+  skip.skip_invalid = true;
+  Replayer s(skip);
+  ASSERT_TRUE(s.ReplayText(log).ok());
+  EXPECT_EQ(s.stats().invalid, 1u);
+  EXPECT_EQ(s.stats().operations, 5u);
+  ASSERT_EQ(s.diagnostics().size(), 1u);
+  EXPECT_NE(s.diagnostics()[0].find("line 7: price:"), std::string::npos);
+  EXPECT_EQ(s.engine().GetNode(NodeId(0))->holder, TenantId(0));  // Alice kept it: bob never bid.
+}
+
+TEST(Replay, RecordedIdsAreChecked) {
+  std::string log = std::string(kSmallLog);
+  size_t pos = log.find("\"id\":1,\"tenant\":1");
+  log.replace(pos, 6, "\"id\":5");
+  Replayer r;
+  Status st = r.ReplayText(log);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message().rfind("line 7: id: the log says 5 but replay assigned 1", 0), 0u) << st.message();
+}
+
+TEST(Replay, RejectedCallsReplayAndAreCounted) {
+  std::string log = std::string(kSmallLog) +
+                    R"({"v":1,"t":400000000,"op":"cancel_order","tenant":0,"order":1}
+{"v":1,"t":500000000,"op":"advance"}
+{"v":1,"t":450000000,"op":"advance"}
+)";
+  ReplayOptions ro;
+  ro.record_rejections = true;
+  Replayer r(ro);
+  ASSERT_TRUE(r.ReplayText(log).ok());
+  EXPECT_EQ(r.stats().rejected, 2u);  // Another tenant's order; a time in the past.
+  ASSERT_EQ(r.diagnostics().size(), 2u);
+  EXPECT_NE(r.diagnostics()[0].find("line 9: rejected cancel_order"), std::string::npos) << r.diagnostics()[0];
+  // The rejected cancel still advanced time to 400 s (rule 11).
+  EXPECT_EQ(r.engine().now(), 500000000);
+}
+
+TEST(Replay, StopAtEndsBeforeLaterLinesAndAdvances) {
+  ReplayOptions ro;
+  ro.stop_at = 100'000'000;  // Between bob's bid (60 s) and its deadline (180 s).
+  Replayer r(ro);
+  ASSERT_TRUE(r.ReplayText(kSmallLog).ok());
+  ASSERT_TRUE(r.Finish().ok());
+  EXPECT_TRUE(r.stats().stopped_at);
+  EXPECT_EQ(r.engine().now(), 100'000'000);
+  auto node = r.engine().GetNode(NodeId(0));
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->holder, TenantId(0));
+  EXPECT_EQ(node->status, NodeStatus::kContested);
+}
+
+}  // namespace
+}  // namespace laissez::oplog
