@@ -117,7 +117,8 @@ enum class EventType : uint8_t {
   kContestEnded = 3,    // The contest on `node` ended in its holder's favour.
   kTransferred = 4,     // `node` moved from `other` to `tenant` by `order`; `price` is the new limit.
   kReleased = 5,        // `tenant` no longer holds `node` (`reasons`); it is free (or reserved).
-  kCharged = 6,         // `tenant` paid `amount` (`waived` not collectable) for `node` at rate `price`.
+  kCharged = 6,         // `tenant` paid `amount` (`waived` not collectable) for `node` at rate `price`
+                        // over [`deadline`, `time`) (`deadline` carries the interval's start).
   kOrderCancelled = 7,  // `order` of `tenant` was cancelled (`cancel_reason`).
   kOrderFilled = 8,     // `order` got all its nodes.
   kGangDropped = 9,     // Gang `order` dropped its claims; cooldown until `deadline`.

@@ -101,6 +101,7 @@ Result<NodeId> Topology::AddNode(const NodeInfo& info) {
   node_by_name_.emplace(info.name, id);
   ++live_nodes_;
   dirty_ = true;
+  ++generation_;
   return id;
 }
 
@@ -109,6 +110,7 @@ Status Topology::RemoveNode(NodeId n) {
   nodes_[n.value].alive = false;
   --live_nodes_;
   dirty_ = true;
+  ++generation_;
   return Status::Ok();
 }
 
@@ -186,7 +188,6 @@ bool Topology::VertexContains(VertexId outer, VertexId inner) const {
 void Topology::RebuildIfDirty() const {
   if (!dirty_) return;
   dirty_ = false;
-  ++generation_;
   leaf_order_.assign(type_names_.size(), {});
   vertex_range_.assign(vertices_.size(), {0, 0});
   leaf_index_.assign(nodes_.size(), UINT32_MAX);

@@ -116,7 +116,7 @@ class Topology {
   std::span<const NodeId> LeafOrder(TypeId type) const;
   std::pair<uint32_t, uint32_t> Range(VertexId v) const;
   uint32_t LeafIndex(NodeId n) const;
-  // Changes whenever leaf order or ranges may have changed.
+  // Changes whenever nodes are added or removed (leaf order and ranges may move).
   uint64_t generation() const { return generation_; }
 
  private:
