@@ -101,8 +101,6 @@ struct NodeState {
   int64_t carry = 0;  // < kH.
   bool alive = true;
   bool hold_scheduled = false;
-  bool decay_scheduled = false;
-  Micros decay_sched_time = 0;
 };
 
 struct Order {
@@ -190,9 +188,17 @@ class MarketEngine::Impl {
   struct TypeIndex {
     uint32_t size = 1;
     std::vector<uint32_t> tree;     // Leaf index of the subtree minimum; UINT32_MAX if empty.
-    std::vector<Price> obtain;      // Per leaf.
+    // Per leaf: obtain << 64 | held << 63 | floor, so one compare orders by
+    // (obtain, free first, floor); node id breaks the remaining ties.
+    std::vector<unsigned __int128> key;
     std::vector<NodeId> leaf_node;  // Per leaf.
+    Price obtain(uint32_t leaf) const { return static_cast<Price>(key[leaf] >> 64); }
   };
+  unsigned __int128 KeyOf(NodeId n) const {
+    unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(Obtain(n))) << 64;
+    if (nodes_[n.value].holder.valid()) k |= static_cast<unsigned __int128>(1) << 63;
+    return k | static_cast<uint64_t>(Floor(n));
+  }
   std::vector<TypeIndex> index_;
   uint64_t index_generation_ = UINT64_MAX;
 
@@ -280,10 +286,10 @@ class MarketEngine::Impl {
       ix.size = 1;
       while (ix.size < order.size()) ix.size <<= 1;
       ix.tree.assign(2 * ix.size, UINT32_MAX);
-      ix.obtain.assign(order.size(), kInfPrice);
+      ix.key.assign(order.size(), 0);
       ix.leaf_node.assign(order.begin(), order.end());
       for (uint32_t i = 0; i < order.size(); ++i) {
-        ix.obtain[i] = Obtain(order[i]);
+        ix.key[i] = KeyOf(order[i]);
         ix.tree[ix.size + i] = i;
       }
       for (uint32_t i = ix.size - 1; i >= 1; --i) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
@@ -292,13 +298,8 @@ class MarketEngine::Impl {
 
   // Tie-break (docs/MECHANISM.md): lower obtain, then free before held, then lower floor, then lower id.
   bool LeafLess(const TypeIndex& ix, uint32_t a, uint32_t b) const {
-    if (ix.obtain[a] != ix.obtain[b]) return ix.obtain[a] < ix.obtain[b];
-    NodeId na = ix.leaf_node[a], nb = ix.leaf_node[b];
-    bool ha = nodes_[na.value].holder.valid(), hb = nodes_[nb.value].holder.valid();
-    if (ha != hb) return !ha;
-    Price fa = Floor(na), fb = Floor(nb);
-    if (fa != fb) return fa < fb;
-    return na.value < nb.value;
+    if (ix.key[a] != ix.key[b]) return ix.key[a] < ix.key[b];
+    return ix.leaf_node[a].value < ix.leaf_node[b].value;
   }
   uint32_t Better(const TypeIndex& ix, uint32_t a, uint32_t b) const {
     if (a == UINT32_MAX) return b;
@@ -312,11 +313,14 @@ class MarketEngine::Impl {
     TypeIndex& ix = index_[topo_.node(n).type.value];
     uint32_t leaf = topo_.LeafIndex(n);
     if (leaf == UINT32_MAX) return;
-    Price old = ix.obtain[leaf];
-    Price now_obtain = Obtain(n);
-    ix.obtain[leaf] = now_obtain;
+    unsigned __int128 k = KeyOf(n);
+    Price now_obtain = static_cast<Price>(k >> 64);
+    if (k == ix.key[leaf]) {
+      AddCandidatesAbove(n, now_obtain);
+      return;
+    }
+    ix.key[leaf] = k;
     for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
-    (void)old;
     // Any order now reaching n may cross: its price fell, or its holder changed
     // (the old holder's orders become eligible for it).
     AddCandidatesAbove(n, now_obtain);
@@ -373,7 +377,7 @@ class MarketEngine::Impl {
       return false;
     };
     uint32_t leaf = FindBest(ix, lo, hi, skip);
-    if (leaf == UINT32_MAX || ix.obtain[leaf] == kInfPrice) return NodeId();
+    if (leaf == UINT32_MAX || ix.obtain(leaf) == kInfPrice) return NodeId();
     return ix.leaf_node[leaf];
   }
 
@@ -636,8 +640,21 @@ class MarketEngine::Impl {
   }
   Money Available(const Tenant& t, Micros at) const { return t.balance - Accrued(t, at); }
 
+  // Upper bound of the accrued money at `at` from the aggregates, O(1):
+  // sum floor(a_i / kH) <= floor(sum a_i / kH).
+  __int128 AccruedUpperBound(const Tenant& t, Micros at) const {
+    return (t.carry_sum + t.rate_sum * at - t.rate_time_sum) / kH;
+  }
+
+  // True if the available balance at `at` is <= `need`. O(1) unless the
+  // bound is too close to call, then exact over the tenant's holdings.
+  bool AvailableAtMost(const Tenant& t, Micros at, __int128 need) const {
+    if (static_cast<__int128>(t.balance) - AccruedUpperBound(t, at) > need) return false;
+    return static_cast<__int128>(Available(t, at)) <= need;
+  }
+
   bool ExhaustedAt(const Tenant& t, Micros at) const {
-    return !t.nodes.empty() && Available(t, at) <= t.need;
+    return !t.nodes.empty() && AvailableAtMost(t, at, t.need);
   }
 
   // Earliest time >= now at which the tenant can become exhausted (a lower bound).
@@ -652,10 +669,15 @@ class MarketEngine::Impl {
     return now_ + static_cast<Micros>(dt);
   }
 
+  // Keeps a lower bound of the tenant's exhaustion time in the schedule. A
+  // later bound leaves the earlier entry in place: when it fires, the exact
+  // check runs and re-arms at the exact crossing. This keeps limit changes
+  // (which move the bound a little every time) off the schedule's tree.
   void RescheduleExhaustion(uint32_t tid) {
     Tenant& t = tenants_[tid];
     Micros when = t.exhausted ? kNever : ExhaustLowerBound(t);
     if (when == t.exhaust_sched) return;
+    if (when > t.exhaust_sched && t.exhaust_sched != kNever && when != kNever) return;
     ScheduleErase(t.exhaust_sched, kSchedExhaust, tid);
     t.exhaust_sched = when;
     ScheduleAdd(when, kSchedExhaust, tid);
@@ -907,8 +929,7 @@ class MarketEngine::Impl {
   bool OutOfMoney(const Order& o, uint32_t nodes) const {
     const Tenant& t = tenants_[o.tenant.value];
     __int128 need = static_cast<__int128>(t.need) + static_cast<__int128>(nodes) * GraceCost(o.requested, params_.grace);
-    // Cheap bound first: available >= balance - ceil(A/kH).
-    return static_cast<__int128>(Available(t, now_)) <= need;
+    return AvailableAtMost(t, now_, need);
   }
 
   void RemoveOrderFromTenant(Order& o) {
@@ -1493,7 +1514,7 @@ class MarketEngine::Impl {
     auto [lo, hi] = topo_.Range(v);
     auto none = [](uint32_t) { return false; };
     uint32_t leaf = FindBest(ix, lo, hi, none);
-    return leaf == UINT32_MAX ? kInfPrice : ix.obtain[leaf];
+    return leaf == UINT32_MAX ? kInfPrice : ix.obtain(leaf);
   }
 
   // ---------------------------------------------------------------- the instant
@@ -1687,7 +1708,7 @@ class MarketEngine::Impl {
                                " would exceed the tenant's max_rate " + std::to_string(t.max_rate));
     }
     __int128 need = static_cast<__int128>(t.committed_need) + add_need;
-    if (static_cast<__int128>(Available(t, now_)) <= need) {
+    if (AvailableAtMost(t, now_, need)) {
       return ResourceExhausted("price: balance " + std::to_string(Available(t, now_)) +
                                " does not cover the committed rate for one grace period (" +
                                std::to_string(static_cast<int64_t>(std::min<__int128>(need, kInfPrice))) + ")");
@@ -1760,8 +1781,13 @@ class MarketEngine::Impl {
     t.committed_need = static_cast<Money>(std::min<__int128>(kInfPrice, t.committed_need + add_need));
     if (spec.locality != Locality::kAny) rel_to_orders_.emplace(spec.rel_to.value, slot);
     ApplyClip(o, 0);
-    BookInsert(o, o.is_gang() ? kFlagGang : 0);
-    return o.id;
+    OrderId id = o.id;
+    // The book was not crossed before this call, so only the new order can
+    // cross now: match it directly rather than resting it first (resting and
+    // leaving a book would refresh the rates of every holder below its scope).
+    bool acted = o.is_gang() ? TryGang(slot) : TrySingle(slot);
+    if (!acted) BookInsert(orders_[slot], orders_[slot].is_gang() ? kFlagGang : 0);
+    return id;
   }
 
   Result<uint32_t> FindOwnOrder(TenantId tid, OrderId id) const {
