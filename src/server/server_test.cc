@@ -1,2 +1,961 @@
-// placeholder
-int main(){}
+// Integration tests of the control plane over real gRPC on loopback: every
+// call, the watch stream, the authorization matrix, the bad-input table, rate
+// limits, oversized requests, restart with the SQLite store, the HTTP
+// listener and the SDK's gRPC transport.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "laissez/v1/market.grpc.pb.h"
+#include "server/grpc_client.h"
+#include "server/server.h"
+
+namespace laissez::server {
+namespace {
+namespace pb = ::laissez::v1;
+using grpc::StatusCode;
+
+constexpr int64_t kUnit = 1'000'000;
+
+std::string TempPath(const std::string& name) {
+  static int counter = 0;
+  return (std::filesystem::temp_directory_path() /
+          ("laissez_server_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" + name))
+      .string();
+}
+
+// A running server plus stubs; tokens for two tenants, an operator and admin.
+class ServerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(DefaultOptions()); }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    for (const auto& p : cleanup_) std::filesystem::remove(p);
+  }
+
+  ServerOptions DefaultOptions() {
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.http = "127.0.0.1:0";
+    o.rate_limit = 0;
+    return o;
+  }
+
+  void StartServer(ServerOptions o) {
+    server_ = std::make_unique<Server>(std::move(o));
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    if (!server_->admin_token().empty()) admin_ = server_->admin_token();
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                                   grpc::InsecureChannelCredentials());
+    tenant_stub_ = pb::TenantService::NewStub(channel_);
+    op_stub_ = pb::OperatorService::NewStub(channel_);
+    admin_stub_ = pb::AdminService::NewStub(channel_);
+  }
+
+  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    if (!token.empty()) c->AddMetadata("authorization", "Bearer " + token);
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return c;
+  }
+
+  // Creates tenants a and b, an operator token and a small cluster.
+  void Populate() {
+    a_ = CreateTenant("acme", 1000 * kUnit);
+    b_ = CreateTenant("bolt", 1000 * kUnit);
+    pb::IssueTokenRequest q;
+    q.set_role("operator");
+    q.set_name("ops");
+    pb::IssueTokenResponse r;
+    ASSERT_TRUE(admin_stub_->IssueToken(Ctx(admin_).get(), q, &r).ok());
+    op_ = r.token();
+    pb::AddNodesRequest add;
+    for (int i = 1; i <= 4; ++i) {
+      auto* n = add.add_nodes();
+      n->set_name("n" + std::to_string(i));
+      n->set_type("h100x8");
+      n->set_region("eu");
+      n->set_zone("eu-1a");
+      n->set_row("r1");
+      n->set_rack(i <= 2 ? "k1" : "k2");
+      n->set_gpus(8);
+      n->set_power_w(6000);
+    }
+    auto* l4 = add.add_nodes();
+    *l4 = add.nodes(0);
+    l4->set_name("l4-1");
+    l4->set_type("l4");
+    pb::AddNodesResponse ar;
+    grpc::Status st = op_stub_->AddNodes(Ctx(op_).get(), add, &ar);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(ar.node_ids_size(), 5);
+  }
+
+  std::string CreateTenant(const std::string& name, int64_t balance) {
+    pb::CreateTenantRequest q;
+    q.set_name(name);
+    q.set_balance(balance);
+    pb::CreateTenantResponse r;
+    grpc::Status st = admin_stub_->CreateTenant(Ctx(admin_).get(), q, &r);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return r.token();
+  }
+
+  grpc::Status Place(const std::string& token, const std::string& scope, int64_t price, uint64_t* id = nullptr) {
+    pb::PlaceOrderRequest q;
+    q.set_scope(scope);
+    q.set_price(price);
+    pb::PlaceOrderResponse r;
+    grpc::Status st = tenant_stub_->PlaceOrder(Ctx(token).get(), q, &r);
+    if (id) *id = r.order();
+    return st;
+  }
+
+  pb::ListNodesResponse Nodes(const std::string& token) {
+    pb::ListNodesResponse r;
+    EXPECT_TRUE(tenant_stub_->ListNodes(Ctx(token).get(), pb::ListNodesRequest(), &r).ok());
+    return r;
+  }
+
+  pb::OperatorLedgerResponse OperatorLedger() {
+    pb::OperatorLedgerResponse r;
+    EXPECT_TRUE(op_stub_->GetLedger(Ctx(admin_).get(), pb::OperatorLedgerRequest(), &r).ok());
+    return r;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::TenantService::Stub> tenant_stub_;
+  std::unique_ptr<pb::OperatorService::Stub> op_stub_;
+  std::unique_ptr<pb::AdminService::Stub> admin_stub_;
+  std::string admin_, op_, a_, b_;
+  std::vector<std::string> cleanup_;
+};
+
+// Reads a watch stream on its own thread until `pred` matches an event.
+class Watcher {
+ public:
+  Watcher(pb::TenantService::Stub* stub, const std::string& token, std::vector<std::string> vertices) {
+    ctx_.AddMetadata("authorization", "Bearer " + token);
+    pb::WatchRequest q;
+    for (auto& v : vertices) q.add_vertices(v);
+    reader_ = stub->Watch(&ctx_, q);
+    reader_->WaitForInitialMetadata();
+    thread_ = std::thread([this] {
+      pb::Event e;
+      while (reader_->Read(&e)) {
+        std::lock_guard lock(mu_);
+        events_.push_back(e);
+        cv_.notify_all();
+      }
+      std::lock_guard lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~Watcher() {
+    ctx_.TryCancel();
+    thread_.join();
+    (void)reader_->Finish();
+  }
+  // Waits (bounded, so a broken server fails the test instead of hanging).
+  bool WaitFor(const std::function<bool(const pb::Event&)>& pred, pb::Event* out = nullptr) {
+    std::unique_lock lock(mu_);
+    bool found = cv_.wait_for(lock, std::chrono::seconds(20), [&] {
+      for (const auto& e : events_) {
+        if (pred(e)) {
+          if (out) *out = e;
+          return true;
+        }
+      }
+      return done_;
+    });
+    if (!found) return false;
+    for (const auto& e : events_) {
+      if (pred(e)) return true;
+    }
+    return false;
+  }
+  std::vector<pb::Event> events() {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<pb::Event>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<pb::Event> events_;
+  bool done_ = false;
+};
+
+auto Type(const std::string& t) {
+  return [t](const pb::Event& e) { return e.type() == t; };
+}
+
+TEST_F(ServerFixture, FreshServerCreatesAnAdminToken) {
+  EXPECT_TRUE(server_->fresh());
+  EXPECT_EQ(admin_.substr(0, 3), "lz_");
+  EXPECT_EQ(admin_.size(), 67u);
+}
+
+TEST_F(ServerFixture, TenantFlowEndToEnd) {
+  Populate();
+  Watcher wa(tenant_stub_.get(), a_, {"h100x8"});
+  uint64_t order = 0;
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit, &order).ok());
+  ASSERT_TRUE(wa.WaitFor(Type("allocated")));
+  auto nodes = Nodes(a_);
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  const std::string held = nodes.nodes(0).node();
+  EXPECT_EQ(nodes.nodes(0).limit(), 10 * kUnit);
+  EXPECT_EQ(nodes.nodes(0).type(), "h100x8");
+
+  // Quote at the type root: three nodes left free at floor 0.
+  pb::QuoteRequest qq;
+  qq.set_vertex("h100x8");
+  qq.set_depth(true);
+  pb::QuoteResponse qr;
+  ASSERT_TRUE(tenant_stub_->Quote(Ctx(b_).get(), qq, &qr).ok());
+  EXPECT_EQ(qr.quote().total(), 4u);
+  EXPECT_EQ(qr.quote().free(), 3u);
+  EXPECT_EQ(qr.quote().held(), 1u);
+
+  // Raise the retention limit; the eviction quote reflects it.
+  pb::SetLimitRequest sl;
+  sl.set_node(held);
+  sl.set_limit(20 * kUnit);
+  pb::SetLimitResponse slr;
+  ASSERT_TRUE(tenant_stub_->SetLimit(Ctx(a_).get(), sl, &slr).ok());
+  pb::EvictionQuoteRequest eq;
+  eq.set_node(held);
+  pb::EvictionQuoteResponse er;
+  ASSERT_TRUE(tenant_stub_->EvictionQuote(Ctx(a_).get(), eq, &er).ok());
+  EXPECT_EQ(er.limit(), 20 * kUnit);
+  EXPECT_FALSE(er.contested());
+  EXPECT_GT(er.obtain(), 20 * kUnit);
+
+  // b outbids a on that node: a gets a notice with a deadline, never b's name.
+  ASSERT_TRUE(Place(b_, held, 30 * kUnit).ok());
+  pb::Event notice;
+  ASSERT_TRUE(wa.WaitFor(Type("notice"), &notice));
+  EXPECT_EQ(notice.node(), held);
+  EXPECT_GT(notice.deadline(), notice.time());
+  EXPECT_NE(notice.reasons().find("outbid"), std::string::npos);
+  EXPECT_TRUE(notice.tenant().empty());
+  EXPECT_TRUE(notice.other().empty());
+
+  // a relinquishes early: the node moves to b at once.
+  pb::RelinquishRequest rq;
+  rq.set_node(held);
+  pb::RelinquishResponse rr;
+  ASSERT_TRUE(tenant_stub_->Relinquish(Ctx(a_).get(), rq, &rr).ok());
+  // The contested node moves to its challenger: a sees it leave.
+  ASSERT_TRUE(wa.WaitFor([](const pb::Event& e) { return e.type() == "released" || e.type() == "transferred"; }));
+  EXPECT_EQ(Nodes(a_).nodes_size(), 0);
+  ASSERT_EQ(Nodes(b_).nodes_size(), 1);
+  EXPECT_EQ(Nodes(b_).nodes(0).node(), held);
+
+  // a's ledger shows what it paid; the balance reflects it.
+  pb::BalanceResponse bal;
+  ASSERT_TRUE(tenant_stub_->GetBalance(Ctx(a_).get(), pb::GetBalanceRequest(), &bal).ok());
+  EXPECT_EQ(bal.tenant(), "acme");
+  pb::LedgerResponse led;
+  ASSERT_TRUE(tenant_stub_->GetLedger(Ctx(a_).get(), pb::GetLedgerRequest(), &led).ok());
+  int64_t paid = 0;
+  for (const auto& e : led.entries()) {
+    EXPECT_TRUE(e.tenant().empty());
+    paid += e.amount();
+  }
+  EXPECT_EQ(bal.balance(), 1000 * kUnit - paid);
+  EXPECT_EQ(bal.paid(), paid);
+
+  // An order that rests, then is updated and cancelled.
+  uint64_t resting = 0;
+  ASSERT_TRUE(Place(a_, "l4", 0, &resting).ok());
+  pb::ListOrdersResponse lo;
+  ASSERT_TRUE(tenant_stub_->ListOrders(Ctx(a_).get(), pb::ListOrdersRequest(), &lo).ok());
+  (void)lo;
+  pb::UpdateOrderRequest uq;
+  uq.set_order(resting);
+  uq.set_price(1);
+  pb::UpdateOrderResponse ur;
+  grpc::Status ust = tenant_stub_->UpdateOrder(Ctx(a_).get(), uq, &ur);
+  // The l4 node is free at floor 0, so the order was filled at once; updating
+  // a filled order is NOT_FOUND. Either way the call was authorized.
+  EXPECT_TRUE(ust.ok() || ust.error_code() == StatusCode::NOT_FOUND) << ust.error_message();
+
+  // Money is conserved: deposits = balances + revenue + unsettled.
+  auto led2 = OperatorLedger();
+  EXPECT_EQ(led2.deposited(), led2.tenant_balances() + led2.operator_revenue());
+}
+
+TEST_F(ServerFixture, RestingOrderUpdateCancelAndStream) {
+  Populate();
+  // A floor keeps the order resting.
+  pb::SetFloorRequest fq;
+  fq.set_location("eu");
+  fq.set_price(50 * kUnit);
+  pb::PolicyResponse fr;
+  ASSERT_TRUE(op_stub_->SetFloor(Ctx(op_).get(), fq, &fr).ok());
+  uint64_t id = 0;
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit, &id).ok());
+  pb::ListOrdersResponse lo;
+  ASSERT_TRUE(tenant_stub_->ListOrders(Ctx(a_).get(), pb::ListOrdersRequest(), &lo).ok());
+  ASSERT_EQ(lo.orders_size(), 1);
+  EXPECT_EQ(lo.orders(0).state(), "resting");
+  EXPECT_EQ(lo.orders(0).scope(), "h100x8");
+
+  pb::UpdateOrderRequest uq;
+  uq.set_order(id);
+  uq.set_price(12 * kUnit);
+  pb::UpdateOrderResponse ur;
+  ASSERT_TRUE(tenant_stub_->UpdateOrder(Ctx(a_).get(), uq, &ur).ok());
+
+  // Streamed updates: one ack per update, in order, with the tag.
+  {
+    auto ctx = Ctx(a_);
+    auto stream = tenant_stub_->StreamUpdates(ctx.get());
+    for (int i = 0; i < 100; ++i) {
+      pb::UpdateOrderRequest q;
+      q.set_order(id);
+      q.set_price((13 + i % 5) * kUnit);
+      q.set_tag(static_cast<uint64_t>(i));
+      ASSERT_TRUE(stream->Write(q));
+    }
+    pb::UpdateOrderRequest bad;
+    bad.set_order(id);
+    bad.set_price(-1);
+    bad.set_tag(100);
+    ASSERT_TRUE(stream->Write(bad));
+    stream->WritesDone();
+    pb::UpdateOrderResponse ack;
+    std::vector<pb::UpdateOrderResponse> acks;
+    while (stream->Read(&ack)) acks.push_back(ack);
+    ASSERT_TRUE(stream->Finish().ok());
+    ASSERT_EQ(acks.size(), 101u);
+    for (int i = 0; i < 100; ++i) {
+      EXPECT_EQ(acks[i].tag(), static_cast<uint64_t>(i));
+      EXPECT_EQ(acks[i].code(), 0) << acks[i].message();
+    }
+    EXPECT_EQ(acks[100].code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+    EXPECT_NE(acks[100].message().find("price"), std::string::npos);
+  }
+  ASSERT_TRUE(tenant_stub_->ListOrders(Ctx(a_).get(), pb::ListOrdersRequest(), &lo).ok());
+  // OrderView.spec.price keeps the placed price; the effective price follows
+  // updates (no clipping here).
+  EXPECT_EQ(lo.orders(0).effective_price(), (13 + 99 % 5) * kUnit);
+
+  pb::CancelOrderRequest cq;
+  cq.set_order(id);
+  pb::CancelOrderResponse cr;
+  ASSERT_TRUE(tenant_stub_->CancelOrder(Ctx(a_).get(), cq, &cr).ok());
+  grpc::Status again = tenant_stub_->CancelOrder(Ctx(a_).get(), cq, &cr);
+  EXPECT_EQ(again.error_code(), StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerFixture, WatchSeesPricesAtWatchedVerticesAndOnlyOwnEvents) {
+  Populate();
+  Watcher wb(tenant_stub_.get(), b_, {"l4"});
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());  // a's allocation: not b's business.
+  ASSERT_TRUE(Place(a_, "l4", 5 * kUnit).ok());       // Changes the l4 quote b watches.
+  pb::Event pc;
+  ASSERT_TRUE(wb.WaitFor(Type("price_changed"), &pc));
+  EXPECT_EQ(pc.vertex(), "l4");
+  for (const auto& e : wb.events()) {
+    EXPECT_EQ(e.type(), "price_changed") << "b saw someone else's " << e.type();
+    EXPECT_EQ(e.vertex(), "l4");
+    EXPECT_TRUE(e.tenant().empty());
+  }
+}
+
+TEST_F(ServerFixture, GraceDeadlineTransfersTheNode) {
+  Populate();
+  pb::SetVolatilityRequest vq;
+  vq.mutable_params()->set_grace_us(300'000);
+  vq.add_update("grace_us");
+  pb::MarketParams mp;
+  ASSERT_TRUE(op_stub_->SetVolatility(Ctx(op_).get(), vq, &mp).ok());
+  EXPECT_EQ(mp.grace_us(), 300'000);
+  Watcher wa(tenant_stub_.get(), a_, {});
+  Watcher wb(tenant_stub_.get(), b_, {});
+  ASSERT_TRUE(Place(a_, "n1", 10 * kUnit).ok());
+  ASSERT_TRUE(wa.WaitFor(Type("allocated")));
+  ASSERT_TRUE(Place(b_, "n1", 20 * kUnit).ok());
+  ASSERT_TRUE(wa.WaitFor(Type("notice")));
+  // The server's timer applies the deadline with no further traffic.
+  pb::Event t;
+  ASSERT_TRUE(wb.WaitFor(Type("transferred"), &t));
+  EXPECT_EQ(t.node(), "n1");
+  EXPECT_TRUE(t.other().empty());
+  EXPECT_EQ(Nodes(b_).nodes_size(), 1);
+  EXPECT_EQ(Nodes(a_).nodes_size(), 0);
+}
+
+TEST_F(ServerFixture, OperatorCalls) {
+  Populate();
+  ASSERT_TRUE(Place(a_, "n3", 10 * kUnit).ok());
+  Watcher wa(tenant_stub_.get(), a_, {});
+
+  pb::ListClusterResponse lc;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &lc).ok());
+  ASSERT_EQ(lc.nodes_size(), 5);
+  int held = 0;
+  for (const auto& n : lc.nodes()) {
+    if (n.node() == "n3") {
+      EXPECT_EQ(n.holder(), "acme");
+      EXPECT_EQ(n.status(), "held");
+      ++held;
+    }
+  }
+  EXPECT_EQ(held, 1);
+  EXPECT_EQ(lc.tenants(), 2u);
+
+  // Drain the rack: a's node gets a maintenance notice.
+  pb::DrainRequest dq;
+  dq.set_location("eu/eu-1a/r1/k2");
+  pb::PolicyResponse dr;
+  ASSERT_TRUE(op_stub_->DrainNodes(Ctx(op_).get(), dq, &dr).ok());
+  pb::Event notice;
+  ASSERT_TRUE(wa.WaitFor(Type("notice"), &notice));
+  EXPECT_NE(notice.reasons().find("maintenance"), std::string::npos);
+
+  // Remove a free node; a held one needs draining first.
+  pb::RemoveNodesRequest rq;
+  rq.add_nodes("n1");
+  pb::RemoveNodesResponse rr;
+  ASSERT_TRUE(op_stub_->RemoveNodes(Ctx(op_).get(), rq, &rr).ok());
+  rq.clear_nodes();
+  rq.add_nodes("n3");
+  EXPECT_EQ(op_stub_->RemoveNodes(Ctx(op_).get(), rq, &rr).error_code(), StatusCode::FAILED_PRECONDITION);
+
+  pb::PowerCapRequest pq;
+  pq.set_row("eu/eu-1a/r1");
+  pq.set_cap_w(20000);
+  auto* s1 = pq.add_steps();
+  s1->set_utilization_ppm(500000);
+  s1->set_floor(5 * kUnit);
+  pb::PolicyResponse pr;
+  grpc::Status pst = op_stub_->SetPowerCap(Ctx(op_).get(), pq, &pr);
+  ASSERT_TRUE(pst.ok()) << pst.error_message();
+  pb::RemovePolicyRequest rpq;
+  rpq.set_policy(pr.policy());
+  pb::RemovePolicyResponse rpr;
+  ASSERT_TRUE(op_stub_->RemovePolicy(Ctx(op_).get(), rpq, &rpr).ok());
+
+  pb::AuditLogResponse audit;
+  ASSERT_TRUE(op_stub_->GetAuditLog(Ctx(op_).get(), pb::AuditLogRequest(), &audit).ok());
+  bool saw_tenant = false, saw_ops = false;
+  for (const auto& r : audit.records()) {
+    saw_tenant |= r.actor() == "tenant:acme" && r.operation().find("place_order") != std::string::npos;
+    saw_ops |= r.actor() == "operator:ops" && r.operation().find("remove_node") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_tenant);
+  EXPECT_TRUE(saw_ops);
+
+  auto led = OperatorLedger();
+  EXPECT_EQ(led.deposited(), 2000 * kUnit);
+}
+
+TEST_F(ServerFixture, AdminDepositsAndRevokesTokens) {
+  Populate();
+  pb::DepositRequest dq;
+  dq.set_tenant("acme");
+  dq.set_amount(5 * kUnit);
+  pb::DepositResponse dr;
+  ASSERT_TRUE(admin_stub_->Deposit(Ctx(admin_).get(), dq, &dr).ok());
+  EXPECT_EQ(dr.balance(), 1005 * kUnit);
+
+  pb::IssueTokenRequest iq;
+  iq.set_role("tenant");
+  iq.set_tenant("acme");
+  pb::IssueTokenResponse ir;
+  ASSERT_TRUE(admin_stub_->IssueToken(Ctx(admin_).get(), iq, &ir).ok());
+  pb::BalanceResponse bal;
+  ASSERT_TRUE(tenant_stub_->GetBalance(Ctx(ir.token()).get(), pb::GetBalanceRequest(), &bal).ok());
+  EXPECT_EQ(bal.tenant(), "acme");
+  pb::RevokeTokenRequest rq;
+  rq.set_token_id(ir.token_id());
+  pb::RevokeTokenResponse rr;
+  ASSERT_TRUE(admin_stub_->RevokeToken(Ctx(admin_).get(), rq, &rr).ok());
+  grpc::Status st = tenant_stub_->GetBalance(Ctx(ir.token()).get(), pb::GetBalanceRequest(), &bal);
+  EXPECT_EQ(st.error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(st.error_message().find("revoked"), std::string::npos);
+  // The tenant's first token still works.
+  EXPECT_TRUE(tenant_stub_->GetBalance(Ctx(a_).get(), pb::GetBalanceRequest(), &bal).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Authorization matrix: every call x every kind of caller.
+
+enum Who { kNone, kBad, kRevoked, kOther, kOperator, kAdmin, kTenant };
+const char* kWhoNames[] = {"no token", "bad token", "revoked", "other tenant", "operator", "admin", "tenant"};
+
+enum class Family { kTenant, kTenantOwn, kTenantOrAny, kOperator, kAdmin };
+
+struct MatrixCall {
+  std::string name;
+  Family family;
+  std::function<grpc::Status(const std::string& token)> call;
+};
+
+TEST_F(ServerFixture, AuthorizationMatrix) {
+  Populate();
+  // a holds n1 and has a resting order on l4 behind a floor; b is the "other tenant".
+  ASSERT_TRUE(Place(a_, "n1", 10 * kUnit).ok());
+  pb::SetFloorRequest fq;
+  fq.set_node("l4-1");
+  fq.set_price(100 * kUnit);
+  pb::PolicyResponse fr;
+  ASSERT_TRUE(op_stub_->SetFloor(Ctx(op_).get(), fq, &fr).ok());
+  uint64_t order = 0;
+  ASSERT_TRUE(Place(a_, "l4", 10 * kUnit, &order).ok());
+  // A revoked token of a.
+  pb::IssueTokenRequest iq;
+  iq.set_role("tenant");
+  iq.set_tenant("acme");
+  pb::IssueTokenResponse ir;
+  ASSERT_TRUE(admin_stub_->IssueToken(Ctx(admin_).get(), iq, &ir).ok());
+  pb::RevokeTokenRequest rq;
+  rq.set_token_id(ir.token_id());
+  pb::RevokeTokenResponse rr;
+  ASSERT_TRUE(admin_stub_->RevokeToken(Ctx(admin_).get(), rq, &rr).ok());
+  const std::string tokens[] = {"", "lz_" + std::string(64, 'f'), ir.token(), b_, op_, admin_, a_};
+
+  int counter = 0;
+  auto* ts = tenant_stub_.get();
+  auto* os = op_stub_.get();
+  auto* as = admin_stub_.get();
+  auto ctx = [this](const std::string& t) { return Ctx(t); };
+  std::vector<MatrixCall> calls = {
+      {"PlaceOrder", Family::kTenant, [&](const std::string& t) {
+         pb::PlaceOrderRequest q; q.set_scope("h100x8"); q.set_price(0); pb::PlaceOrderResponse r;
+         return ts->PlaceOrder(ctx(t).get(), q, &r); }},
+      {"UpdateOrder", Family::kTenantOwn, [&](const std::string& t) {
+         pb::UpdateOrderRequest q; q.set_order(order); q.set_price(11 * kUnit); pb::UpdateOrderResponse r;
+         return ts->UpdateOrder(ctx(t).get(), q, &r); }},
+      {"StreamUpdates", Family::kTenantOwn, [&](const std::string& t) {
+         auto c = ctx(t);
+         auto s = ts->StreamUpdates(c.get());
+         pb::UpdateOrderRequest q; q.set_order(order); q.set_price(11 * kUnit);
+         s->Write(q);
+         s->WritesDone();
+         pb::UpdateOrderResponse a;
+         int code = -1;
+         while (s->Read(&a)) code = a.code();
+         grpc::Status st = s->Finish();
+         if (!st.ok() || code <= 0) return st;
+         return grpc::Status(static_cast<StatusCode>(code), a.message()); }},
+      {"SetLimit", Family::kTenantOwn, [&](const std::string& t) {
+         pb::SetLimitRequest q; q.set_node("n1"); q.set_limit(10 * kUnit); pb::SetLimitResponse r;
+         return ts->SetLimit(ctx(t).get(), q, &r); }},
+      {"EvictionQuote", Family::kTenantOwn, [&](const std::string& t) {
+         pb::EvictionQuoteRequest q; q.set_node("n1"); pb::EvictionQuoteResponse r;
+         return ts->EvictionQuote(ctx(t).get(), q, &r); }},
+      {"ListOrders", Family::kTenant, [&](const std::string& t) {
+         pb::ListOrdersResponse r; return ts->ListOrders(ctx(t).get(), pb::ListOrdersRequest(), &r); }},
+      {"ListNodes", Family::kTenant, [&](const std::string& t) {
+         pb::ListNodesResponse r; return ts->ListNodes(ctx(t).get(), pb::ListNodesRequest(), &r); }},
+      {"Quote", Family::kTenantOrAny, [&](const std::string& t) {
+         pb::QuoteRequest q; q.set_vertex("h100x8"); pb::QuoteResponse r; return ts->Quote(ctx(t).get(), q, &r); }},
+      {"GetTopology", Family::kTenantOrAny, [&](const std::string& t) {
+         pb::TopologyResponse r; return ts->GetTopology(ctx(t).get(), pb::GetTopologyRequest(), &r); }},
+      {"GetBalance", Family::kTenant, [&](const std::string& t) {
+         pb::BalanceResponse r; return ts->GetBalance(ctx(t).get(), pb::GetBalanceRequest(), &r); }},
+      {"GetLedger", Family::kTenant, [&](const std::string& t) {
+         pb::LedgerResponse r; return ts->GetLedger(ctx(t).get(), pb::GetLedgerRequest(), &r); }},
+      {"Watch", Family::kTenant, [&](const std::string& t) {
+         // An admitted stream stays open until its deadline; a refused one ends at once.
+         auto c = ctx(t);
+         c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+         auto rd = ts->Watch(c.get(), pb::WatchRequest());
+         pb::Event e;
+         while (rd->Read(&e)) {}
+         grpc::Status st = rd->Finish();
+         return st.error_code() == StatusCode::DEADLINE_EXCEEDED ? grpc::Status::OK : st; }},
+      {"AddNodes", Family::kOperator, [&](const std::string& t) {
+         pb::AddNodesRequest q; auto* n = q.add_nodes();
+         n->set_name("m" + std::to_string(counter++)); n->set_type("a100"); n->set_region("eu");
+         n->set_zone("z"); n->set_row("r"); n->set_rack("k");
+         pb::AddNodesResponse r; return os->AddNodes(ctx(t).get(), q, &r); }},
+      {"SetFloor", Family::kOperator, [&](const std::string& t) {
+         pb::SetFloorRequest q; q.set_location("eu"); q.set_price(1); pb::PolicyResponse r;
+         return os->SetFloor(ctx(t).get(), q, &r); }},
+      {"SetVolatility", Family::kOperator, [&](const std::string& t) {
+         pb::SetVolatilityRequest q; pb::MarketParams r; return os->SetVolatility(ctx(t).get(), q, &r); }},
+      {"ListCluster", Family::kOperator, [&](const std::string& t) {
+         pb::ListClusterResponse r; return os->ListCluster(ctx(t).get(), pb::ListClusterRequest(), &r); }},
+      {"Operator.GetLedger", Family::kOperator, [&](const std::string& t) {
+         pb::OperatorLedgerResponse r; return os->GetLedger(ctx(t).get(), pb::OperatorLedgerRequest(), &r); }},
+      {"GetAuditLog", Family::kOperator, [&](const std::string& t) {
+         pb::AuditLogResponse r; return os->GetAuditLog(ctx(t).get(), pb::AuditLogRequest(), &r); }},
+      {"DrainNodes", Family::kOperator, [&](const std::string& t) {
+         pb::DrainRequest q; q.set_node("n4"); pb::PolicyResponse r; return os->DrainNodes(ctx(t).get(), q, &r); }},
+      {"RemovePolicy", Family::kOperator, [&](const std::string& t) {
+         pb::RemovePolicyRequest q; q.set_policy(999999); pb::RemovePolicyResponse r;
+         return os->RemovePolicy(ctx(t).get(), q, &r); }},
+      {"RemoveNodes", Family::kOperator, [&](const std::string& t) {
+         pb::RemoveNodesRequest q; q.add_nodes("no-such-node"); pb::RemoveNodesResponse r;
+         return os->RemoveNodes(ctx(t).get(), q, &r); }},
+      {"SetPowerCap", Family::kOperator, [&](const std::string& t) {
+         pb::PowerCapRequest q; q.set_row("eu/eu-1a/r1"); q.set_cap_w(1000000);
+         auto* s = q.add_steps(); s->set_utilization_ppm(900000); s->set_floor(1);
+         pb::PolicyResponse r; return os->SetPowerCap(ctx(t).get(), q, &r); }},
+      {"Operator.Watch", Family::kOperator, [&](const std::string& t) {
+         // An admitted stream stays open until its deadline; a refused one ends at once.
+         auto c = ctx(t);
+         c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+         auto rd = os->Watch(c.get(), pb::WatchRequest());
+         pb::Event e;
+         while (rd->Read(&e)) {}
+         grpc::Status st = rd->Finish();
+         return st.error_code() == StatusCode::DEADLINE_EXCEEDED ? grpc::Status::OK : st; }},
+      {"CreateTenant", Family::kAdmin, [&](const std::string& t) {
+         pb::CreateTenantRequest q; q.set_name("t" + std::to_string(counter++)); q.set_balance(kUnit);
+         pb::CreateTenantResponse r; return as->CreateTenant(ctx(t).get(), q, &r); }},
+      {"Deposit", Family::kAdmin, [&](const std::string& t) {
+         pb::DepositRequest q; q.set_tenant("bolt"); q.set_amount(1); pb::DepositResponse r;
+         return as->Deposit(ctx(t).get(), q, &r); }},
+      {"IssueToken", Family::kAdmin, [&](const std::string& t) {
+         pb::IssueTokenRequest q; q.set_role("operator"); pb::IssueTokenResponse r;
+         return as->IssueToken(ctx(t).get(), q, &r); }},
+      {"RevokeToken", Family::kAdmin, [&](const std::string& t) {
+         pb::RevokeTokenRequest q; q.set_token_id(ir.token_id()); pb::RevokeTokenResponse r;
+         return as->RevokeToken(ctx(t).get(), q, &r); }},
+      // Last: these end a's holding and order.
+      {"CancelOrder", Family::kTenantOwn, [&](const std::string& t) {
+         pb::CancelOrderRequest q; q.set_order(order); pb::CancelOrderResponse r;
+         return ts->CancelOrder(ctx(t).get(), q, &r); }},
+      {"Relinquish", Family::kTenantOwn, [&](const std::string& t) {
+         pb::RelinquishRequest q; q.set_node("n1"); pb::RelinquishResponse r;
+         return ts->Relinquish(ctx(t).get(), q, &r); }},
+  };
+
+  for (const auto& c : calls) {
+    for (int who = kNone; who <= kTenant; ++who) {
+      grpc::Status st = c.call(tokens[who]);
+      SCOPED_TRACE(c.name + " as " + kWhoNames[who] + ": " + std::to_string(st.error_code()) + " " +
+                   st.error_message());
+      if (who <= kRevoked) {
+        EXPECT_EQ(st.error_code(), StatusCode::UNAUTHENTICATED);
+        EXPECT_NE(st.error_message().find("authorization"), std::string::npos);
+        continue;
+      }
+      bool tenant_call = c.family == Family::kTenant || c.family == Family::kTenantOwn;
+      bool allowed = false;
+      switch (c.family) {
+        case Family::kTenant:
+        case Family::kTenantOwn: allowed = who == kTenant || who == kOther; break;
+        case Family::kTenantOrAny: allowed = true; break;
+        case Family::kOperator: allowed = who == kOperator || who == kAdmin; break;
+        case Family::kAdmin: allowed = who == kAdmin; break;
+      }
+      if (!allowed) {
+        EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED);
+        EXPECT_NE(st.error_message().find("authorization"), std::string::npos);
+        continue;
+      }
+      if (tenant_call && who == kOther && c.family == Family::kTenantOwn) {
+        // Another tenant's order or node: refused, and indistinguishable from a missing one.
+        EXPECT_TRUE(st.error_code() == StatusCode::NOT_FOUND || st.error_code() == StatusCode::FAILED_PRECONDITION);
+        continue;
+      }
+      EXPECT_NE(st.error_code(), StatusCode::UNAUTHENTICATED);
+      EXPECT_NE(st.error_code(), StatusCode::PERMISSION_DENIED);
+      if (who == kTenant) {
+        EXPECT_TRUE(st.ok());  // The owner's own calls succeed.
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: the right code, a message naming the field, and no change.
+
+TEST_F(ServerFixture, BadInputTable) {
+  Populate();
+  uint64_t order = 0;
+  ASSERT_TRUE(Place(a_, "n1", 10 * kUnit, &order).ok());
+  auto* ts = tenant_stub_.get();
+  auto* os = op_stub_.get();
+  auto* as = admin_stub_.get();
+  struct Case {
+    std::string name;
+    StatusCode code;
+    std::string field;
+    std::function<grpc::Status()> call;
+  };
+  std::vector<Case> cases = {
+      {"negative price", StatusCode::INVALID_ARGUMENT, "price", [&] {
+         pb::PlaceOrderRequest q; q.set_scope("h100x8"); q.set_price(-1); pb::PlaceOrderResponse r;
+         return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"overflowing price", StatusCode::INVALID_ARGUMENT, "price", [&] {
+         pb::PlaceOrderRequest q; q.set_scope("h100x8"); q.set_price(INT64_MAX); pb::PlaceOrderResponse r;
+         return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"huge gang", StatusCode::INVALID_ARGUMENT, "count", [&] {
+         pb::PlaceOrderRequest q; q.set_scope("h100x8"); q.set_price(1); q.set_count(1u << 30);
+         pb::PlaceOrderResponse r; return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"unknown scope", StatusCode::NOT_FOUND, "scope", [&] {
+         pb::PlaceOrderRequest q; q.set_scope("tpu"); q.set_price(1); pb::PlaceOrderResponse r;
+         return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"empty scope", StatusCode::INVALID_ARGUMENT, "scope", [&] {
+         pb::PlaceOrderRequest q; q.set_price(1); pb::PlaceOrderResponse r;
+         return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"locality without rel_to", StatusCode::INVALID_ARGUMENT, "rel_to", [&] {
+         pb::PlaceOrderRequest q; q.set_scope("h100x8"); q.set_price(1); q.set_locality(pb::LOCALITY_SAME_RACK);
+         pb::PlaceOrderResponse r; return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"bad locality enum", StatusCode::INVALID_ARGUMENT, "locality", [&] {
+         pb::PlaceOrderRequest q; q.set_scope("h100x8"); q.set_price(1); q.set_locality(static_cast<pb::Locality>(77));
+         pb::PlaceOrderResponse r; return ts->PlaceOrder(Ctx(b_).get(), q, &r); }},
+      {"unknown order", StatusCode::NOT_FOUND, "order", [&] {
+         pb::UpdateOrderRequest q; q.set_order(987654); q.set_price(1); pb::UpdateOrderResponse r;
+         return ts->UpdateOrder(Ctx(a_).get(), q, &r); }},
+      {"other tenant's order", StatusCode::NOT_FOUND, "order", [&] {
+         pb::CancelOrderRequest q; q.set_order(order); pb::CancelOrderResponse r;
+         return ts->CancelOrder(Ctx(b_).get(), q, &r); }},
+      {"negative limit", StatusCode::INVALID_ARGUMENT, "limit", [&] {
+         pb::SetLimitRequest q; q.set_node("n1"); q.set_limit(-5); pb::SetLimitResponse r;
+         return ts->SetLimit(Ctx(a_).get(), q, &r); }},
+      {"unknown node", StatusCode::NOT_FOUND, "node", [&] {
+         pb::RelinquishRequest q; q.set_node("zz"); pb::RelinquishResponse r;
+         return ts->Relinquish(Ctx(a_).get(), q, &r); }},
+      {"node held by another", StatusCode::FAILED_PRECONDITION, "node", [&] {
+         pb::RelinquishRequest q; q.set_node("n1"); pb::RelinquishResponse r;
+         return ts->Relinquish(Ctx(b_).get(), q, &r); }},
+      {"unknown watch vertex", StatusCode::NOT_FOUND, "vertices[1]", [&] {
+         grpc::ClientContext c; c.AddMetadata("authorization", "Bearer " + b_);
+         pb::WatchRequest q; q.add_vertices("h100x8"); q.add_vertices("nope");
+         auto rd = ts->Watch(&c, q); pb::Event e; while (rd->Read(&e)) {} return rd->Finish(); }},
+      {"malformed token", StatusCode::UNAUTHENTICATED, "authorization", [&] {
+         pb::BalanceResponse r; return ts->GetBalance(Ctx("not-a-token").get(), pb::GetBalanceRequest(), &r); }},
+      {"control characters in a name", StatusCode::INVALID_ARGUMENT, "nodes[0].name", [&] {
+         pb::AddNodesRequest q; auto* n = q.add_nodes(); n->set_name(std::string("a\x01", 2)); n->set_type("t");
+         n->set_region("r"); n->set_zone("z"); n->set_row("w"); n->set_rack("k");
+         pb::AddNodesResponse r; return os->AddNodes(Ctx(op_).get(), q, &r); }},
+      {"duplicate node", StatusCode::ALREADY_EXISTS, "nodes[0].name", [&] {
+         pb::AddNodesRequest q; auto* n = q.add_nodes(); n->set_name("n1"); n->set_type("t");
+         n->set_region("r"); n->set_zone("z"); n->set_row("w"); n->set_rack("k");
+         pb::AddNodesResponse r; return os->AddNodes(Ctx(op_).get(), q, &r); }},
+      {"negative floor", StatusCode::INVALID_ARGUMENT, "price", [&] {
+         pb::SetFloorRequest q; q.set_location("eu"); q.set_price(-1); pb::PolicyResponse r;
+         return os->SetFloor(Ctx(op_).get(), q, &r); }},
+      {"unknown location", StatusCode::NOT_FOUND, "location", [&] {
+         pb::SetFloorRequest q; q.set_location("mars"); q.set_price(1); pb::PolicyResponse r;
+         return os->SetFloor(Ctx(op_).get(), q, &r); }},
+      {"unknown volatility field", StatusCode::INVALID_ARGUMENT, "update[0]", [&] {
+         pb::SetVolatilityRequest q; q.add_update("speed"); pb::MarketParams r;
+         return os->SetVolatility(Ctx(op_).get(), q, &r); }},
+      {"power cap on a zone", StatusCode::INVALID_ARGUMENT, "row", [&] {
+         pb::PowerCapRequest q; q.set_row("eu/eu-1a"); q.set_cap_w(10); auto* s = q.add_steps();
+         s->set_utilization_ppm(1); s->set_floor(1); pb::PolicyResponse r;
+         return os->SetPowerCap(Ctx(op_).get(), q, &r); }},
+      {"bad tenant name", StatusCode::INVALID_ARGUMENT, "name", [&] {
+         pb::CreateTenantRequest q; q.set_name("a b"); pb::CreateTenantResponse r;
+         return as->CreateTenant(Ctx(admin_).get(), q, &r); }},
+      {"negative balance", StatusCode::INVALID_ARGUMENT, "balance", [&] {
+         pb::CreateTenantRequest q; q.set_name("neg"); q.set_balance(-1); pb::CreateTenantResponse r;
+         return as->CreateTenant(Ctx(admin_).get(), q, &r); }},
+      {"duplicate tenant", StatusCode::ALREADY_EXISTS, "name", [&] {
+         pb::CreateTenantRequest q; q.set_name("acme"); pb::CreateTenantResponse r;
+         return as->CreateTenant(Ctx(admin_).get(), q, &r); }},
+      {"unknown role", StatusCode::INVALID_ARGUMENT, "role", [&] {
+         pb::IssueTokenRequest q; q.set_role("root"); pb::IssueTokenResponse r;
+         return as->IssueToken(Ctx(admin_).get(), q, &r); }},
+      {"unknown token id", StatusCode::NOT_FOUND, "token_id", [&] {
+         pb::RevokeTokenRequest q; q.set_token_id(424242); pb::RevokeTokenResponse r;
+         return as->RevokeToken(Ctx(admin_).get(), q, &r); }},
+      {"deposit to unknown tenant", StatusCode::NOT_FOUND, "tenant", [&] {
+         pb::DepositRequest q; q.set_tenant("ghost"); q.set_amount(1); pb::DepositResponse r;
+         return as->Deposit(Ctx(admin_).get(), q, &r); }},
+  };
+  auto before = OperatorLedger();
+  pb::ListClusterResponse cluster_before;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &cluster_before).ok());
+  auto seq_before = server_->store().LastSeq();
+  for (const auto& c : cases) {
+    grpc::Status st = c.call();
+    EXPECT_EQ(st.error_code(), c.code) << c.name << ": " << st.error_message();
+    EXPECT_EQ(st.error_message().rfind(c.field + ":", 0), 0u) << c.name << ": " << st.error_message();
+  }
+  // Nothing changed: no journal records but time advances, same ledger, same cluster.
+  ASSERT_TRUE(server_->store().ReadJournal(*seq_before, [](const JournalRecord& r) {
+    EXPECT_NE(r.line.find("\"op\":\"advance\""), std::string::npos) << r.line;
+    return Status::Ok();
+  }).ok());
+  auto after = OperatorLedger();
+  EXPECT_EQ(after.deposited(), before.deposited());
+  EXPECT_EQ(after.tenant_balances(), before.tenant_balances());
+  pb::ListClusterResponse cluster_after;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &cluster_after).ok());
+  EXPECT_EQ(cluster_after.nodes_size(), cluster_before.nodes_size());
+}
+
+TEST_F(ServerFixture, OversizedRequestIsRefused) {
+  Populate();
+  pb::AddNodesRequest q;
+  for (int i = 0; i < 20000; ++i) {
+    auto* n = q.add_nodes();
+    n->set_name(std::string(100, 'x') + std::to_string(i));
+    n->set_type("t");
+  }
+  pb::AddNodesResponse r;
+  grpc::Status st = op_stub_->AddNodes(Ctx(op_).get(), q, &r);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+}
+
+class RateLimitedServer : public ServerFixture {
+ protected:
+  void SetUp() override {
+    auto o = DefaultOptions();
+    o.rate_limit = 1;  // One request per second after a burst of five.
+    o.rate_burst = 5;
+    StartServer(o);
+  }
+};
+
+TEST_F(RateLimitedServer, TenantsOverTheirRateGetResourceExhausted) {
+  a_ = CreateTenant("acme", kUnit);
+  b_ = CreateTenant("bolt", kUnit);
+  pb::BalanceResponse r;
+  int ok = 0;
+  grpc::Status last;
+  for (int i = 0; i < 8; ++i) {
+    last = tenant_stub_->GetBalance(Ctx(a_).get(), pb::GetBalanceRequest(), &r);
+    ok += last.ok();
+  }
+  EXPECT_GE(ok, 5);
+  EXPECT_LT(ok, 8);
+  EXPECT_EQ(last.error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(last.error_message().find("rate limit"), std::string::npos);
+  // Another tenant has its own budget.
+  EXPECT_TRUE(tenant_stub_->GetBalance(Ctx(b_).get(), pb::GetBalanceRequest(), &r).ok());
+}
+
+TEST_F(ServerFixture, HttpHealthAndMetrics) {
+  Populate();
+  httplib::Client http("127.0.0.1", server_->http_port());
+  auto h = http.Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_NE(h->body.find("\"ok\""), std::string::npos);
+  auto m = http.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("laissez_requests_total{method=\"AddNodes\",code=\"OK\"} 1"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("laissez_request_seconds_bucket{method=\"CreateTenant\""), std::string::npos);
+  EXPECT_NE(m->body.find("laissez_market_live_nodes 5"), std::string::npos);
+  EXPECT_NE(m->body.find("laissez_engine_queue_length"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------
+// Durability: a restart on the same database gives the same market.
+
+TEST_F(ServerFixture, RestartRecoversTheSameStateFromSqlite) {
+  server_->Shutdown();
+  std::string db = TempPath("restart.db");
+  cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token"};
+  auto o = DefaultOptions();
+  o.db = db;
+  StartServer(o);
+  ASSERT_TRUE(server_->fresh());
+  // The admin token file: mode 0600, same token.
+  struct stat st {};
+  ASSERT_EQ(::stat((db + ".admin-token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto file_token = ReadTokenFile(db + ".admin-token");
+  ASSERT_TRUE(file_token.ok());
+  EXPECT_EQ(*file_token, admin_);
+
+  Populate();
+  ASSERT_TRUE(Place(a_, "n1", 10 * kUnit).ok());
+  ASSERT_TRUE(Place(b_, "h100x8/eu/eu-1a/r1/k2", 7 * kUnit).ok());
+  auto before = OperatorLedger();
+  pb::ListClusterResponse cb;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &cb).ok());
+  server_->Shutdown();
+
+  StartServer(o);
+  EXPECT_FALSE(server_->fresh());
+  EXPECT_TRUE(server_->admin_token().empty());
+  pb::ListClusterResponse ca;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &ca).ok());
+  ASSERT_EQ(ca.nodes_size(), cb.nodes_size());
+  for (int i = 0; i < ca.nodes_size(); ++i) {
+    EXPECT_EQ(ca.nodes(i).holder(), cb.nodes(i).holder());
+    EXPECT_EQ(ca.nodes(i).limit(), cb.nodes(i).limit());
+  }
+  auto after = OperatorLedger();
+  EXPECT_EQ(after.deposited(), before.deposited());
+  // Money is conserved across the restart; holders paid for the time in between.
+  EXPECT_EQ(after.deposited(), after.tenant_balances() + after.operator_revenue());
+  EXPECT_GE(after.operator_revenue(), before.operator_revenue());
+  // Tokens survived, hashed.
+  EXPECT_EQ(Nodes(a_).nodes_size(), 1);
+  auto tokens = server_->store().LoadTokens();
+  ASSERT_TRUE(tokens.ok());
+  for (const auto& t : tokens.value()) {
+    EXPECT_EQ(t.hash.size(), 64u);
+    EXPECT_NE(t.hash, a_);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The SDK's gRPC transport.
+
+TEST_F(ServerFixture, SdkClientOverGrpc) {
+  Populate();
+  ConnectOptions co;
+  co.address = "127.0.0.1:" + std::to_string(server_->grpc_port());
+  co.token = a_;
+  auto client = GrpcMarketClient::Connect(co);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto& c = **client;
+  EXPECT_EQ(c.tenant_name(), "acme");
+  auto v = c.FindVertex("h100x8/eu/eu-1a/r1/k1");
+  ASSERT_TRUE(v.ok());
+  auto watch = c.Watch({"h100x8"});
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  market::OrderSpec spec;
+  spec.scope = *v;
+  spec.price = 10 * kUnit;
+  auto order = c.PlaceOrder(spec);
+  ASSERT_TRUE(order.ok()) << order.status().ToString();
+  std::vector<market::Event> events;
+  for (int i = 0; i < 100 && events.empty(); ++i) {
+    ASSERT_TRUE((*watch)->Poll(&events, 200).ok());
+    std::erase_if(events, [](const market::Event& e) { return e.type != market::EventType::kAllocated; });
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].tenant, c.tenant());
+  auto me = c.Me();
+  ASSERT_TRUE(me.ok());
+  ASSERT_EQ(me->nodes.size(), 1u);
+  EXPECT_EQ(me->nodes[0], events[0].node);
+  auto desc = c.DescribeNode(me->nodes[0]);
+  ASSERT_TRUE(desc.ok());
+  EXPECT_EQ(desc->rack, "k1");
+  auto ev = c.GetEvictionQuote(me->nodes[0]);
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(ev->limit, 10 * kUnit);
+  auto q = c.Quote(desc->type_root, true);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->held, 1u);
+  EXPECT_TRUE(c.SetLimit(me->nodes[0], 12 * kUnit).ok());
+  EXPECT_TRUE(c.Relinquish(me->nodes[0]).ok());
+  auto bal = c.Balance();
+  ASSERT_TRUE(bal.ok());
+  EXPECT_LE(*bal, 1000 * kUnit);
+  EXPECT_EQ(c.CancelOrder(OrderId(999999)).code(), ::laissez::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace laissez::server
