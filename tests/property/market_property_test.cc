@@ -1,0 +1,775 @@
+// Property tests of the market engine: random operation sequences over small
+// random clusters, with every invariant of DESIGN.md §3/§3b checked by brute
+// force after every operation (tests/support/market_invariants.h), then the
+// same sequence replayed for determinism and with its time advances split.
+//
+// Runs 100 cases by default (a few seconds). For a longer search:
+//   RC_PARAMS="max_success=2000 max_size=200" ./market_property_test
+// A failure prints the operation log and a reproduction seed; rapidcheck
+// shrinks the sequence first.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <sstream>
+
+#include "market/operation.h"
+#include "tests/support/market_invariants.h"
+
+namespace laissez::market {
+namespace {
+
+using testsupport::CheckInvariants;
+using testsupport::EventsToString;
+using testsupport::InvariantContext;
+using testsupport::RecordingSink;
+using testsupport::Snapshot;
+
+constexpr Price kUnit = 1'000'000;  // One unit of money per hour.
+
+// Steers the generator around engine bugs that crash the process (each has a
+// Regression_ test in tests/scenario). Set to false to check a fix.
+constexpr bool kAvoidKnownEngineBugs = true;
+
+const char* const kTypes[] = {"h100x8", "a100x8", "l4x1"};
+const int32_t kPower[] = {10200, 6500, 300};
+
+// A price: mostly on a coarse grid (ties matter: incumbents, free-first,
+// equal sequence), sometimes anywhere.
+Price GenPrice(Price max = 10 * kUnit) {
+  return *rc::gen::weightedOneOf<Price>({
+      {6, rc::gen::map(rc::gen::inRange<int64_t>(0, max / (kUnit / 2) + 1), [](int64_t k) { return k * (kUnit / 2); })},
+      {3, rc::gen::inRange<Price>(0, max + 1)},
+      {1, rc::gen::element<Price>(1, 2, kUnit - 1, kUnit, kUnit + 1)},
+  });
+}
+
+std::string ParamsText(const MarketParams& p) {
+  std::ostringstream s;
+  s << "{grace " << p.grace << " h " << p.hysteresis_ppm << " tick " << p.tick << " alpha " << p.clip_alpha_ppm
+    << " interval " << p.clip_interval << " beta " << p.decay_beta << " min_hold " << p.min_hold << "}";
+  return s.str();
+}
+
+MarketParams GenParams() {
+  MarketParams p;
+  p.grace = *rc::gen::element<Micros>(0, kMicrosPerSecond, 10 * kMicrosPerSecond, 120 * kMicrosPerSecond);
+  p.hysteresis_ppm = *rc::gen::element<Ppm>(0, 0, 50'000, 333'333);
+  p.tick = *rc::gen::element<Price>(1, 1, 1000, 250'000);
+  p.clip_alpha_ppm = *rc::gen::element<Ppm>(0, 0, 100'000, 1'000'000);
+  p.clip_interval = *rc::gen::element<Micros>(0, kMicrosPerSecond, 10 * kMicrosPerSecond, 60 * kMicrosPerSecond);
+  p.decay_beta = *rc::gen::element<Price>(0, 0, 1000, 100'000);
+  p.min_hold = *rc::gen::element<Micros>(0, 0, 2 * kMicrosPerSecond, 30 * kMicrosPerSecond);
+  return p;
+}
+
+std::string Describe(const Operation& op) {
+  std::ostringstream s;
+  s << "t=" << op.time << " " << OpName(op.body);
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, OpAddNode>) {
+          s << " " << b.info.name << " " << b.info.type << " " << b.info.region << "/" << b.info.zone << "/" << b.info.row
+            << "/" << b.info.rack;
+        } else if constexpr (std::is_same_v<T, OpRemoveNode>) {
+          s << " node=" << b.node.value;
+        } else if constexpr (std::is_same_v<T, OpSetParams>) {
+          s << " " << ParamsText(b.params);
+        } else if constexpr (std::is_same_v<T, OpAddPolicy>) {
+          std::visit(
+              [&](const auto& p) {
+                using P = std::decay_t<decltype(p)>;
+                if constexpr (std::is_same_v<P, StaticFloorSpec>) {
+                  s << " static loc=" << p.target.location.value << " node=" << p.target.node.value << " price=" << p.price;
+                } else if constexpr (std::is_same_v<P, PowerCapSpec>) {
+                  s << " power row=" << p.row.value << " cap=" << p.cap_w << " steps=";
+                  for (auto [u, f] : p.steps) s << u << ":" << f << ",";
+                } else if constexpr (std::is_same_v<P, CarbonSpec>) {
+                  s << " carbon loc=" << p.location.value << " per_tonne=" << p.price_per_tonne << " series=";
+                  for (auto [t, g] : p.series) s << t << ":" << g << ",";
+                } else {
+                  s << " maintenance loc=" << p.target.location.value << " node=" << p.target.node.value << " ["
+                    << p.start << ", " << p.end << ")";
+                }
+              },
+              b.spec);
+        } else if constexpr (std::is_same_v<T, OpRemovePolicy>) {
+          s << " policy=" << b.policy.value;
+        } else if constexpr (std::is_same_v<T, OpCreateTenant>) {
+          s << " " << b.name << " balance=" << b.balance << " max_rate=" << b.max_rate;
+        } else if constexpr (std::is_same_v<T, OpDeposit>) {
+          s << " tenant=" << b.tenant.value << " amount=" << b.amount;
+        } else if constexpr (std::is_same_v<T, OpSetMaxRate>) {
+          s << " tenant=" << b.tenant.value << " max_rate=" << b.max_rate;
+        } else if constexpr (std::is_same_v<T, OpPlaceOrder>) {
+          s << " tenant=" << b.tenant.value << " scope=" << b.spec.scope.value << " price=" << b.spec.price
+            << " count=" << b.spec.count << " locality=" << LocalityName(b.spec.locality) << " rel_to=" << b.spec.rel_to.value;
+        } else if constexpr (std::is_same_v<T, OpUpdateOrder>) {
+          s << " tenant=" << b.tenant.value << " order=" << b.order.value << " price=" << b.price;
+        } else if constexpr (std::is_same_v<T, OpCancelOrder>) {
+          s << " tenant=" << b.tenant.value << " order=" << b.order.value;
+        } else if constexpr (std::is_same_v<T, OpSetLimit>) {
+          s << " tenant=" << b.tenant.value << " node=" << b.node.value << " limit=" << b.limit;
+        } else if constexpr (std::is_same_v<T, OpRelinquish>) {
+          s << " tenant=" << b.tenant.value << " node=" << b.node.value;
+        }
+      },
+      op.body);
+  return s.str();
+}
+
+std::string LogText(const std::vector<Operation>& ops, const std::vector<ApplyResult>& results) {
+  std::ostringstream s;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    s << "  #" << i << " " << Describe(ops[i]);
+    if (i < results.size()) s << " -> " << (results[i].status.ok() ? "OK" : results[i].status.ToString());
+    if (i < results.size() && results[i].created_id != UINT64_MAX) s << " id=" << results[i].created_id;
+    s << "\n";
+  }
+  return s.str();
+}
+
+// Generates one operation from the engine's current state. Mostly valid
+// operations aimed at existing ids; a share of deliberately bad ones.
+class OpGen {
+ public:
+  OpGen(const MarketEngine& e, uint32_t tenants) : e_(e), tenants_(tenants) {}
+
+  Operation Next() {
+    Operation op;
+    op.time = NextTime();
+    int kind = *rc::gen::weightedElement<int>({
+        {10, 0},  // place single on a leaf
+        {10, 1},  // place single on an inner vertex
+        {4, 2},   // place with locality
+        {5, 3},   // place gang
+        {10, 4},  // update order
+        {4, 5},   // cancel order
+        {7, 6},   // set limit
+        {3, 7},   // relinquish
+        {6, 8},   // advance small
+        {2, 9},   // advance large
+        {6, 10},  // advance to NextEventTime (or +-1)
+        {2, 11},  // static floor
+        {2, 12},  // maintenance
+        {1, 13},  // power cap
+        {1, 14},  // carbon
+        {1, 15},  // remove policy
+        {2, 16},  // set params
+        {2, 17},  // deposit
+        {1, 18},  // set max rate
+        {1, 19},  // add node
+        {1, 20},  // remove node
+        {4, 21},  // bad input
+    });
+    TenantId t = Tenant();
+    switch (kind) {
+      case 0: case 1: {
+        VertexId scope = kind == 0 ? LeafScope() : InnerScope();
+        op.body = OpPlaceOrder{t, OrderSpec{scope, GenPrice(), 1, Locality::kAny, NodeId()}};
+        break;
+      }
+      case 2: {
+        auto tv = e_.GetTenant(t);
+        NodeId rel = (tv.ok() && !tv->nodes.empty()) ? *rc::gen::elementOf(tv->nodes) : AnyNode();
+        Locality loc = *rc::gen::element(Locality::kSameRegion, Locality::kSameZone, Locality::kSameRow, Locality::kSameRack);
+        uint32_t count = *rc::gen::weightedElement<uint32_t>({{4, 1}, {1, 2}});
+        op.body = OpPlaceOrder{t, OrderSpec{InnerScope(), GenPrice(), count, loc, rel}};
+        break;
+      }
+      case 3: {
+        uint32_t count = *rc::gen::inRange<uint32_t>(2, 5);
+        op.body = OpPlaceOrder{t, OrderSpec{InnerScope(), GenPrice(), count, Locality::kAny, NodeId()}};
+        break;
+      }
+      case 4: {
+        auto o = SomeOrder();
+        if (!o) return Advance(op);
+        Price p = *rc::gen::weightedOneOf<Price>({
+            {3, rc::gen::just(o->spec.price + *rc::gen::element<Price>(1, kUnit / 2, kUnit, 3 * kUnit))},
+            {2, rc::gen::just(std::max<Price>(0, o->spec.price - *rc::gen::element<Price>(1, kUnit / 2, kUnit)))},
+            {1, rc::gen::just(GenPrice())},
+        });
+        TenantId who = *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 0 ? o->tenant : t;
+        op.body = OpUpdateOrder{who, o->id, p};
+        break;
+      }
+      case 5: {
+        auto o = SomeOrder();
+        if (!o) return Advance(op);
+        TenantId who = *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 0 ? o->tenant : t;
+        op.body = OpCancelOrder{who, o->id};
+        break;
+      }
+      case 6: case 7: {
+        auto held = HeldNodes();
+        if (held.empty()) return Advance(op);
+        auto [n, holder, limit] = *rc::gen::elementOf(held);
+        TenantId who = *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 0 ? holder : t;
+        if (kind == 7) {
+          op.body = OpRelinquish{who, n};
+        } else {
+          Price l = *rc::gen::weightedOneOf<Price>({
+              {3, rc::gen::just(limit + *rc::gen::element<Price>(1, kUnit / 2, kUnit, 3 * kUnit))},
+              {3, rc::gen::just(std::max<Price>(0, limit - *rc::gen::element<Price>(1, kUnit / 2, kUnit, 5 * kUnit)))},
+              {1, rc::gen::just(GenPrice())},
+          });
+          op.body = OpSetLimit{who, n, l};
+        }
+        break;
+      }
+      case 8: case 9: case 10: return Advance(op, kind);
+      case 11: {
+        StaticFloorSpec s{Target(), GenPrice(6 * kUnit)};
+        op.body = OpAddPolicy{s};
+        break;
+      }
+      case 12: {
+        MaintenanceSpec m;
+        m.target = Target();
+        Micros g = e_.params().grace;
+        m.start = e_.now() + *rc::gen::element<Micros>(0, g / 2, g, 2 * g + 1, kMicrosPerHour);
+        m.end = *rc::gen::element<Micros>(m.start + kMicrosPerSecond, m.start + 600 * kMicrosPerSecond, kNever);
+        op.body = OpAddPolicy{m};
+        break;
+      }
+      case 13: {
+        PowerCapSpec pc;
+        pc.row = SomeLocation(topology::Level::kRow);
+        pc.cap_w = *rc::gen::element<int64_t>(1000, 10'000, 20'000, 50'000);
+        using Steps = std::vector<std::pair<Ppm, Price>>;
+        pc.steps = *rc::gen::element(Steps{{0, 0}, {500'000, 2 * kUnit}, {900'000, 6 * kUnit}},
+                                     Steps{{0, kUnit / 2}, {800'000, 3 * kUnit}, {1'000'000, kInfPrice}},
+                                     Steps{{300'000, 4 * kUnit}});
+        op.body = OpAddPolicy{pc};
+        break;
+      }
+      case 14: {
+        CarbonSpec c;
+        c.location = SomeLocation(*rc::gen::element(topology::Level::kRoot, topology::Level::kRegion));
+        c.price_per_tonne = *rc::gen::element<Price>(100 * kUnit, 500 * kUnit);
+        Micros n = e_.now();
+        c.series = {{n, 200}, {n + 600 * kMicrosPerSecond, 500}, {n + kMicrosPerHour, 100}};
+        op.body = OpAddPolicy{c};
+        break;
+      }
+      case 15: {
+        if (policies_.empty()) return Advance(op);
+        op.body = OpRemovePolicy{*rc::gen::elementOf(policies_)};
+        break;
+      }
+      case 16: op.body = OpSetParams{GenParams()}; break;
+      case 17:
+        op.body = OpDeposit{t, *rc::gen::element<Money>(1, 100'000, 10'000'000, 1'000'000'000)};
+        break;
+      case 18:
+        op.body = OpSetMaxRate{t, *rc::gen::element<Price>(Price{kInfPrice}, 5 * kUnit, 20 * kUnit, Price{0})};
+        break;
+      case 19: {
+        // AddNode under a floor policy overruns the engine's stale index
+        // (Regression_AddNodeUnderFloorPolicyAfterQuote, heap-buffer-overflow
+        // under ASan); avoided until fixed so the other properties keep running.
+        if (kAvoidKnownEngineBugs && !policies_.empty()) return Advance(op);
+        // A locality order whose type had no node in its location keeps an
+        // empty scope and never sees nodes added there later
+        // (Regression_LocalityOrderIgnoresNodeAddedInItsLocation).
+        if (kAvoidKnownEngineBugs) {
+          for (OrderId id : e_.OpenOrders()) {
+            auto o = e_.GetOrder(id);
+            if (o.ok() && !o->effective_scope.valid()) return Advance(op);
+          }
+        }
+        topology::NodeInfo info;
+        info.name = "x" + std::to_string(added_++);
+        int ty = *rc::gen::inRange(0, 3);
+        info.type = kTypes[ty];
+        info.region = "r" + std::to_string(*rc::gen::inRange(0, 2));
+        info.zone = info.region + "z" + std::to_string(*rc::gen::inRange(0, 2));
+        info.row = "w" + std::to_string(*rc::gen::inRange(0, 2));
+        info.rack = "k" + std::to_string(*rc::gen::inRange(0, 2));
+        info.meta = {8, 640, kPower[ty]};
+        op.body = OpAddNode{info};
+        break;
+      }
+      case 20: op.body = OpRemoveNode{AnyNode()}; break;
+      default: return Bad(op, t);
+    }
+    return op;
+  }
+
+  void Created(const Operation& op, const ApplyResult& r) {
+    if (r.status.ok() && std::holds_alternative<OpAddPolicy>(op.body)) policies_.push_back(PolicyId(r.created_id));
+    if (r.status.ok() && std::holds_alternative<OpPlaceOrder>(op.body)) max_order_ = std::max(max_order_, r.created_id + 1);
+  }
+  uint64_t order_bound() const { return max_order_ + 16; }
+
+ private:
+  Micros NextTime() {
+    Micros now = e_.now();
+    return now + *rc::gen::weightedElement<Micros>({{6, 0}, {2, 1}, {2, kMicrosPerSecond / 2}, {2, 3 * kMicrosPerSecond}});
+  }
+
+  Operation Advance(Operation op, int kind = 8) {
+    Micros now = e_.now();
+    op.body = OpAdvance{};
+    if (kind == 8) {
+      op.time = now + *rc::gen::inRange<Micros>(0, 5 * kMicrosPerSecond);
+    } else if (kind == 9) {
+      op.time = now + *rc::gen::element<Micros>(60 * kMicrosPerSecond, 20 * 60 * kMicrosPerSecond, kMicrosPerHour,
+                                                 5 * kMicrosPerHour);
+    } else {
+      Micros next = e_.NextEventTime();
+      if (next == kNever) {
+        op.time = now + kMicrosPerSecond;
+      } else {
+        Micros d = *rc::gen::weightedElement<Micros>({{4, 0}, {1, -1}, {1, 1}});
+        op.time = std::max(now, next + d);
+      }
+    }
+    return op;
+  }
+
+  Operation Bad(Operation op, TenantId t) {
+    op.time = e_.now();  // No time passes, so a rejection must leave the state exactly as it was.
+    int which = *rc::gen::inRange(0, 11);
+    switch (which) {
+      case 0: op.body = OpPlaceOrder{t, OrderSpec{InnerScope(), -*rc::gen::inRange<Price>(1, kUnit), 1, Locality::kAny, NodeId()}}; break;
+      case 1: op.body = OpPlaceOrder{t, OrderSpec{InnerScope(), kInfPrice, 1, Locality::kAny, NodeId()}}; break;
+      case 2: op.body = OpUpdateOrder{t, OrderId(1'000'000), kUnit}; break;
+      case 3: op.body = OpPlaceOrder{TenantId(77), OrderSpec{InnerScope(), kUnit, 1, Locality::kAny, NodeId()}}; break;
+      case 4: op.body = OpPlaceOrder{t, OrderSpec{VertexId(1'000'000), kUnit, 1, Locality::kAny, NodeId()}}; break;
+      case 5: op.body = OpPlaceOrder{t, OrderSpec{InnerScope(), kUnit, 0, Locality::kAny, NodeId()}}; break;
+      case 6: {  // A gang larger than its vertex.
+        VertexId v = InnerScope();
+        auto [b, e] = e_.topology().Range(v);
+        op.body = OpPlaceOrder{t, OrderSpec{v, kUnit, e - b + 1, Locality::kAny, NodeId()}};
+        break;
+      }
+      case 7: {  // Another tenant's order, or an order on one's own node.
+        auto o = SomeOrder();
+        auto held = HeldNodes();
+        if (o && *rc::gen::arbitrary<bool>()) {
+          op.body = OpCancelOrder{TenantId((o->tenant.value + 1) % tenants_), o->id};
+        } else if (!held.empty()) {
+          auto [n, holder, limit] = *rc::gen::elementOf(held);
+          op.body = OpPlaceOrder{holder, OrderSpec{e_.topology().node(n).leaf, limit + kUnit, 1, Locality::kAny, NodeId()}};
+        } else {
+          op.body = OpCancelOrder{t, OrderId(999'999)};
+        }
+        break;
+      }
+      case 8: {  // Another tenant's node.
+        auto held = HeldNodes();
+        if (held.empty()) {
+          op.body = OpRelinquish{t, NodeId(5000)};
+        } else {
+          auto [n, holder, limit] = *rc::gen::elementOf(held);
+          TenantId other((holder.value + 1) % tenants_);
+          if (*rc::gen::arbitrary<bool>()) {
+            op.body = OpRelinquish{other, n};
+          } else {
+            op.body = OpSetLimit{other, n, limit + kUnit};
+          }
+        }
+        break;
+      }
+      case 9: op.body = OpSetLimit{t, AnyNode(), -5}; break;
+      case 10: op.time = e_.now() - 1; op.body = OpAdvance{}; break;
+      default: {
+        MarketParams p = e_.params();
+        p.tick = 0;
+        op.body = OpSetParams{p};
+        break;
+      }
+    }
+    return op;
+  }
+
+  TenantId Tenant() { return TenantId(*rc::gen::inRange<uint32_t>(0, tenants_)); }
+
+  NodeId AnyNode() {
+    const auto& topo = e_.topology();
+    if (topo.node_count() == 0) return NodeId(0);
+    return NodeId(*rc::gen::inRange<uint32_t>(0, topo.node_count()));
+  }
+
+  VertexId LeafScope() {
+    const auto& topo = e_.topology();
+    std::vector<VertexId> leaves;
+    for (uint32_t i = 0; i < topo.node_count(); ++i) {
+      if (topo.IsLiveNode(NodeId(i))) leaves.push_back(topo.node(NodeId(i)).leaf);
+    }
+    if (leaves.empty()) return VertexId(0);
+    return *rc::gen::elementOf(leaves);
+  }
+
+  VertexId InnerScope() {
+    const auto& topo = e_.topology();
+    std::vector<VertexId> inner;
+    for (uint32_t i = 0; i < topo.vertex_count(); ++i) {
+      const auto& v = topo.vertex(VertexId(i));
+      if (v.level == topology::Level::kNode) continue;
+      auto [b, e] = topo.Range(VertexId(i));
+      if (e > b) inner.push_back(VertexId(i));
+    }
+    if (inner.empty()) return VertexId(0);
+    return *rc::gen::elementOf(inner);
+  }
+
+  LocationId SomeLocation(topology::Level level) {
+    const auto& topo = e_.topology();
+    std::vector<LocationId> locs;
+    for (uint32_t i = 0; i < topo.location_count(); ++i) {
+      if (topo.location(LocationId(i)).level == level) locs.push_back(LocationId(i));
+    }
+    if (locs.empty()) return topology::Topology::kRootLocation;
+    return *rc::gen::elementOf(locs);
+  }
+
+  FloorTarget Target() {
+    FloorTarget t;
+    if (*rc::gen::weightedElement<int>({{1, 0}, {2, 1}}) == 0) {
+      t.node = AnyNode();
+    } else {
+      t.location = SomeLocation(*rc::gen::element(topology::Level::kRoot, topology::Level::kRegion, topology::Level::kZone,
+                                                  topology::Level::kRow, topology::Level::kRack));
+    }
+    return t;
+  }
+
+  std::optional<OrderView> SomeOrder() {
+    auto open = e_.OpenOrders();
+    if (open.empty()) return std::nullopt;
+    auto o = e_.GetOrder(*rc::gen::elementOf(open));
+    if (!o.ok()) return std::nullopt;
+    return *o;
+  }
+
+  std::vector<std::tuple<NodeId, TenantId, Price>> HeldNodes() {
+    std::vector<std::tuple<NodeId, TenantId, Price>> held;
+    for (uint32_t i = 0; i < e_.topology().node_count(); ++i) {
+      auto v = e_.GetNode(NodeId(i));
+      if (v.ok() && (v->status == NodeStatus::kHeld || v->status == NodeStatus::kContested)) {
+        held.emplace_back(NodeId(i), v->holder, v->limit);
+      }
+    }
+    return held;
+  }
+
+  const MarketEngine& e_;
+  uint32_t tenants_;
+  std::vector<PolicyId> policies_;
+  uint64_t max_order_ = 0;
+  int added_ = 0;
+};
+
+// The initial cluster, tenants and params as operations at time 0.
+std::vector<Operation> GenSetup(uint32_t* tenants) {
+  std::vector<Operation> ops;
+  int ntypes = *rc::gen::inRange(1, 4);
+  int nodes = *rc::gen::inRange(2, 13);
+  for (int i = 0; i < nodes; ++i) {
+    topology::NodeInfo info;
+    info.name = "n" + std::to_string(i);
+    int ty = *rc::gen::inRange(0, ntypes);
+    info.type = kTypes[ty];
+    info.region = "r" + std::to_string(*rc::gen::inRange(0, 2));
+    info.zone = info.region + "z" + std::to_string(*rc::gen::inRange(0, 2));
+    info.row = "w" + std::to_string(*rc::gen::inRange(0, 2));
+    info.rack = "k" + std::to_string(*rc::gen::inRange(0, 2));
+    info.meta = {8, 640, kPower[ty]};
+    ops.push_back(Operation{0, OpAddNode{info}});
+  }
+  *tenants = *rc::gen::inRange<uint32_t>(2, 6);
+  for (uint32_t i = 0; i < *tenants; ++i) {
+    Money balance = *rc::gen::element<Money>(100'000, 1'000'000, 10'000'000, 100'000'000, 10'000'000'000);
+    Price max_rate = *rc::gen::weightedElement<Price>({{4, kInfPrice}, {1, 8 * kUnit}});
+    ops.push_back(Operation{0, OpCreateTenant{"t" + std::to_string(i), balance, max_rate}});
+  }
+  if (*rc::gen::weightedElement<int>({{1, 0}, {3, 1}}) == 1) ops.push_back(Operation{0, OpSetParams{GenParams()}});
+  return ops;
+}
+
+// After AddNode/RemoveNode the engine's matching skips nodes until a query
+// rebuilds its index (Regression_RelinquishAfterRemoveNodeLeavesBookCrossed),
+// so outcomes depend on whether anyone queried. The first run queries after
+// every call (the checker); replays query once after topology changes so the
+// comparison goes on to find other differences.
+void AfterApply(MarketEngine& e, const Operation& op) {
+  if (!kAvoidKnownEngineBugs) return;
+  if (std::holds_alternative<OpAddNode>(op.body) || std::holds_alternative<OpRemoveNode>(op.body)) {
+    (void)e.Quote(VertexId(0), false);
+  }
+}
+
+// Whether some tenant's available balance is within rounding (one micro-unit
+// per holding) of its exhaustion threshold. There the engine predicts
+// exhaustion from the summed rate while charges accrue per holding, rounded
+// down, so NextEventTime() can stay at now() with nothing applied
+// (Regression_NextEventTimeStuckAtNowNearExhaustion).
+bool NearExhaustion(const MarketEngine& e) {
+  for (uint32_t i = 0; i < e.tenant_count(); ++i) {
+    auto t = e.GetTenant(TenantId(i));
+    auto avail = e.AvailableBalance(TenantId(i));
+    if (!t.ok() || !avail.ok() || t->nodes.empty()) continue;
+    __int128 need = 0;
+    for (NodeId n : t->nodes) {
+      auto v = e.GetNode(n);
+      if (v.ok()) need += (static_cast<__int128>(v->limit) * e.params().grace + kMicrosPerHour - 1) / kMicrosPerHour;
+    }
+    if (static_cast<__int128>(*avail) - need <= static_cast<__int128>(t->nodes.size())) return true;
+  }
+  return false;
+}
+
+std::vector<Event> WithoutPriceEvents(const std::vector<Event>& evs) {
+  std::vector<Event> out;
+  for (const auto& e : evs) {
+    if (e.type != EventType::kPriceChanged) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<Price> AllQuotes(const MarketEngine& e) {
+  std::vector<Price> q(e.topology().vertex_count(), -1);
+  for (uint32_t v = 0; v < q.size(); ++v) {
+    const auto& vx = e.topology().vertex(VertexId(v));
+    if (vx.level == topology::Level::kNode && !e.topology().IsLiveNode(vx.node)) continue;  // Gone: no events due.
+    auto r = e.Quote(VertexId(v), false);
+    // A vertex left without live nodes is gone too (no event announces it).
+    if (r.ok() && r->total > 0) q[v] = r->quote;
+  }
+  return q;
+}
+
+// Price events (EngineOptions::price_events): a subscriber that keeps the last
+// price event per vertex always knows the vertex's current quote. Vertices that
+// never had an event are skipped: the engine emits none for a new node's
+// vertices (Regression_PriceEventsMissingForNewVertices in tests/scenario).
+std::string CheckPriceEvents(std::map<uint32_t, Price>& last, const std::vector<Price>& before,
+                             const std::vector<Price>& after, std::span<const Event> evs) {
+  std::set<uint32_t> evented;
+  for (const auto& ev : evs) {
+    if (ev.type == EventType::kPriceChanged) {
+      last[ev.vertex.value] = ev.price;
+      evented.insert(ev.vertex.value);
+    }
+  }
+  std::ostringstream s;
+  for (auto [v, p] : last) {
+    if (v < after.size() && after[v] != -1 && after[v] != p) {
+
+      s << "[price-event] vertex " << v << ": quote " << after[v] << " (" << (v < before.size() ? before[v] : -1)
+        << " before the call) but the last price event said " << p << (evented.count(v) ? " in this call" : "") << "\n";
+    }
+  }
+  return s.str();
+}
+
+RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, ()) {
+  uint32_t tenants = 0;
+  std::vector<Operation> ops = GenSetup(&tenants);
+  std::vector<ApplyResult> results;
+
+  EngineOptions opts;
+  opts.price_events = true;
+  MarketEngine a(MarketParams{}, opts);
+  RecordingSink sink_a;
+  a.set_sink(&sink_a);
+  std::vector<size_t> batch_ends;  // Events delivered by each operation.
+
+  Money deposited = 0;
+  std::vector<LedgerEntry> prefix;
+  std::map<uint32_t, Price> last_price_event;
+  std::map<uint64_t, Price> requested;
+  bool price_events_checked = true;
+  const size_t setup_ops = ops.size();
+  OpGen gen(a, tenants);
+
+  auto step = [&](const Operation& op) {
+    size_t ev_before = sink_a.events.size();
+    bool same_time = op.time == a.now();
+    std::string before_snapshot = same_time ? Snapshot(a, gen.order_bound()) : std::string();
+    std::vector<Price> quotes_before = AllQuotes(a);
+    Micros now_before = a.now();
+    std::vector<Price> committed_before;
+    for (uint32_t i = 0; i < a.tenant_count(); ++i) {
+      auto tv = a.GetTenant(TenantId(i));
+      committed_before.push_back(tv.ok() ? tv->committed_rate : 0);
+    }
+
+    ApplyResult r = Apply(a, op);
+    results.push_back(r);
+    gen.Created(op, r);
+    batch_ends.push_back(sink_a.events.size());
+    std::span<const Event> evs(sink_a.events.data() + ev_before, sink_a.events.size() - ev_before);
+
+    auto fail = [&](const std::string& what) {
+      RC_FAIL(what + "\nafter operation #" + std::to_string(results.size() - 1) + "\nlog:\n" + LogText(ops, results) +
+              "events of the last operation:\n" + EventsToString(evs) + "state:\n" + Snapshot(a, gen.order_bound()));
+    };
+
+    if (r.status.ok()) {
+      if (const auto* c = std::get_if<OpCreateTenant>(&op.body)) deposited += c->balance;
+      if (const auto* d = std::get_if<OpDeposit>(&op.body)) deposited += d->amount;
+      if (const auto* p = std::get_if<OpPlaceOrder>(&op.body)) requested[r.created_id] = p->spec.price;
+      if (const auto* u = std::get_if<OpUpdateOrder>(&op.body)) requested[u->order.value] = u->price;
+    }
+    // A rejected call at the current time changes nothing and emits nothing.
+    if (!r.status.ok() && same_time) {
+      std::string after = Snapshot(a, gen.order_bound());
+      if (after != before_snapshot) fail("rejected operation changed the state:\nbefore:\n" + before_snapshot);
+      if (!evs.empty()) fail("rejected operation emitted events");
+    }
+    if (!r.status.ok() && r.status.message().empty()) fail("error status without a message");
+    // Time: never backwards; a valid time is reached even on rejection.
+    if (op.time >= now_before && a.now() != op.time) {
+      fail("now() is " + std::to_string(a.now()) + " after an operation at " + std::to_string(op.time));
+    }
+    if (op.time < now_before && r.status.ok()) fail("an operation in the past was accepted");
+    Micros next = a.NextEventTime();
+    if (next <= a.now() && !(kAvoidKnownEngineBugs && NearExhaustion(a))) {
+      fail("NextEventTime() " + std::to_string(next) + " is not after now() " + std::to_string(a.now()));
+    }
+    for (const auto& ev : evs) {
+      if (ev.time > a.now() || ev.time < now_before) fail("event outside the call's time span: " + testsupport::EventToString(ev));
+    }
+    for (size_t i = std::max<size_t>(ev_before, 1); i < sink_a.events.size(); ++i) {
+      if (sink_a.events[i].time < sink_a.events[i - 1].time) fail("event times go backwards");
+    }
+    // Budgets (rule 7): an accepted call that raises a tenant's committed
+    // rate never takes it over the maximum rate.
+    if (r.status.ok()) {
+      for (size_t i = 0; i < committed_before.size(); ++i) {
+        auto tv = a.GetTenant(TenantId(static_cast<uint32_t>(i)));
+        if (tv.ok() && tv->committed_rate > committed_before[i] && tv->max_rate != kInfPrice &&
+            tv->committed_rate > tv->max_rate) {
+          fail("tenant " + std::to_string(i) + ": committed rate rose from " + std::to_string(committed_before[i]) +
+               " to " + std::to_string(tv->committed_rate) + ", above its max rate " + std::to_string(tv->max_rate));
+        }
+      }
+    }
+    // The engine emits no price events for quotes that SetParams, AddNode or RemoveNode
+    // change, and its record of the last emitted quote then stays stale
+    // (Regression_PriceEventsMissingAfterSetParams, ..._AfterAddNode), so the
+    // price-event check stops at the first such call after the setup.
+    if ((std::holds_alternative<OpSetParams>(op.body) || std::holds_alternative<OpAddNode>(op.body) ||
+         std::holds_alternative<OpRemoveNode>(op.body)) &&
+        r.status.ok() && results.size() > setup_ops) {
+      price_events_checked = false;
+    }
+    if (price_events_checked) {
+      std::string pe = CheckPriceEvents(last_price_event, quotes_before, AllQuotes(a), evs);
+      if (!pe.empty()) fail(pe);
+    }
+
+    InvariantContext ctx;
+    ctx.expected_deposited = deposited;
+    ctx.ledger_prefix = &prefix;
+    ctx.charged_event_total = sink_a.charged_total;
+    ctx.requested = &requested;
+    std::string bad = CheckInvariants(a, ctx);
+    if (!bad.empty()) fail(bad);
+  };
+
+  for (const Operation& op : ops) step(op);
+  int n = *rc::gen::inRange(10, 90);
+  for (int i = 0; i < n; ++i) {
+    ops.push_back(gen.Next());
+    step(ops.back());
+  }
+  RC_TAG(a.ledger().size() > 0 ? "charged" : "no-charge");
+
+  // Determinism: the same log gives the same events, call by call, and the
+  // same state. The replay runs without the checker's queries in between; the
+  // engine's price events depend on whether a query rebuilt its index
+  // (Regression_PriceEventsDependOnQueries), so they are compared apart from
+  // the other events, only where the first run's were.
+  {
+    MarketEngine b(MarketParams{}, opts);
+    RecordingSink sink_b;
+    b.set_sink(&sink_b);
+    std::vector<Event> want_all;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      size_t from_b = sink_b.events.size();
+      ApplyResult r = Apply(b, ops[i]);
+      AfterApply(b, ops[i]);
+      size_t from = i == 0 ? 0 : batch_ends[i - 1];
+      std::vector<Event> want =
+          WithoutPriceEvents(std::vector<Event>(sink_a.events.begin() + from, sink_a.events.begin() + batch_ends[i]));
+      std::vector<Event> got =
+          WithoutPriceEvents(std::vector<Event>(sink_b.events.begin() + from_b, sink_b.events.end()));
+      if (!(r.status == results[i].status) || r.created_id != results[i].created_id || got != want) {
+        RC_FAIL("replay differs at operation #" + std::to_string(i) + ": " + r.status.ToString() + " id " +
+                std::to_string(r.created_id) + "\nfirst run's events of that call:\n" + EventsToString(want) +
+                "replay's:\n" + EventsToString(got) + "log:\n" + LogText(ops, results));
+      }
+    }
+    std::string sa = Snapshot(a, gen.order_bound()), sb = Snapshot(b, gen.order_bound());
+    if (sa != sb) RC_FAIL("replay gave a different state\nfirst:\n" + sa + "replay:\n" + sb + "log:\n" + LogText(ops, results));
+  }
+
+  // Split time advances: the same log with extra Advance calls at random
+  // intermediate times (including exactly at NextEventTime()) gives the same
+  // events (ignoring their grouping) and the same ledger and state.
+  {
+    EngineOptions copts;
+    copts.price_events = false;  // Price events are per call, so grouping changes them.
+    MarketEngine c(MarketParams{}, copts);
+    RecordingSink sink_c;
+    c.set_sink(&sink_c);
+    std::vector<std::string> inserted;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Operation& op = ops[i];
+      int splits = op.time > c.now() ? *rc::gen::weightedElement<int>({{3, 0}, {2, 1}, {1, 3}}) : 0;
+      for (int s = 0; s < splits && op.time > c.now(); ++s) {
+        Micros next = c.NextEventTime();
+        Micros t = *rc::gen::weightedElement<int>({{1, 0}, {1, 1}}) == 0 && next < op.time
+                       ? next
+                       : *rc::gen::inRange<Micros>(c.now(), op.time);
+        if (t <= c.now()) continue;
+        inserted.push_back("before #" + std::to_string(i) + ": advance to " + std::to_string(t));
+        Status st = c.Advance(t);
+        if (!st.ok()) RC_FAIL("split Advance(" + std::to_string(t) + ") failed: " + st.ToString());
+      }
+      ApplyResult r = Apply(c, op);
+      AfterApply(c, op);
+      if (!(r.status == results[i].status) || r.created_id != results[i].created_id) {
+        std::string ins;
+        for (const auto& x : inserted) ins += x + "\n";
+        RC_FAIL("split run: operation #" + std::to_string(i) + " gave " + r.status.ToString() + " id " +
+                std::to_string(r.created_id) + ", unsplit gave " + results[i].status.ToString() + " id " +
+                std::to_string(results[i].created_id) + "\nlog:\n" + LogText(ops, results) + "splits:\n" + ins);
+      }
+    }
+    auto want = WithoutPriceEvents(sink_a.events);
+    if (sink_c.events != want) {
+      std::string ins;
+      for (const auto& x : inserted) ins += x + "\n";
+      // Show the first difference.
+      size_t k = 0;
+      while (k < want.size() && k < sink_c.events.size() && want[k] == sink_c.events[k]) ++k;
+      RC_FAIL("splitting advances changed the events; first difference at event " + std::to_string(k) +
+              "\nunsplit:\n" + EventsToString(want) + "split:\n" + EventsToString(sink_c.events) + "log:\n" +
+              LogText(ops, results) + "splits:\n" + ins);
+    }
+    auto la = a.ledger();
+    auto lc = c.ledger();
+    RC_ASSERT(std::vector<LedgerEntry>(la.begin(), la.end()) == std::vector<LedgerEntry>(lc.begin(), lc.end()));
+    if (Snapshot(c, gen.order_bound()) != Snapshot(a, gen.order_bound())) {
+      std::string ins;
+      for (const auto& x : inserted) ins += x + "\n";
+      RC_FAIL("splitting advances changed the final state\nunsplit:\n" + Snapshot(a, gen.order_bound()) + "split:\n" +
+              Snapshot(c, gen.order_bound()) + "log:\n" + LogText(ops, results) + "splits:\n" + ins);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace laissez::market
