@@ -112,6 +112,9 @@ Status EconAdapter::Remove(RequestId id) {
   RequestState& rs = it->second;
   Status first = CancelAll(rs);
   std::vector<HeldNode> nodes = rs.nodes;
+  requests_.erase(it);
+  // The request is gone, so later release events find no owner: report the
+  // losses here.
   for (const HeldNode& h : nodes) {
     node_owner_.erase(h.node.value);
     ++stats_.relinquished;
@@ -119,8 +122,8 @@ Status EconAdapter::Remove(RequestId id) {
     if (first.ok() && !s.ok() && s.code() != StatusCode::kNotFound &&
         s.code() != StatusCode::kPermissionDenied)
       first = s;
+    if (listener_) listener_->OnNodeLost(id, h.node, market::kReasonRelinquish);
   }
-  requests_.erase(it);
   return first;
 }
 

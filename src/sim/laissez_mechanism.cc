@@ -1,0 +1,340 @@
+#include "sim/laissez_mechanism.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "market/market_engine.h"
+#include "sdk/econ_adapter.h"
+#include "sdk/market_client.h"
+#include "sdk/strategies.h"
+#include "sim/online_sim.h"
+
+namespace laissez::sim {
+namespace {
+
+constexpr Micros kPartialGangPatience = 10 * 60 * kMicrosPerSecond;
+
+class LaissezSim;
+
+class JobListener final : public sdk::AdapterListener {
+ public:
+  JobListener(LaissezSim* sim, uint32_t job) : sim_(sim), job_(job) {}
+  void OnNodeGained(sdk::RequestId, NodeId node, Price) override;
+  void OnNodeLost(sdk::RequestId, NodeId node, uint8_t reasons) override;
+  void OnNotice(sdk::RequestId, NodeId node, Micros deadline, Price, uint8_t) override;
+  void OnContestEnded(sdk::RequestId, NodeId node) override;
+
+ private:
+  LaissezSim* sim_;
+  uint32_t job_;
+};
+
+class LaissezSim final : public OnlineSim, public market::EventSink {
+ public:
+  LaissezSim(const World& w, const RunOptions& o) : OnlineSim(w, o) {}
+
+  struct Tenant {
+    TenantId id;
+    std::unique_ptr<sdk::InProcessMarketClient> client;
+    std::unique_ptr<sdk::PricingStrategy> strategy;
+    std::unique_ptr<JobListener> listener;
+    std::unique_ptr<sdk::EconAdapter> adapter;
+    sdk::RequestId request = 0;
+    std::vector<uint32_t> noticed;   // Nodes under notice.
+    std::vector<uint32_t> yielding;  // Nodes we are relinquishing after a notice.
+    bool finishing = false;
+    bool active = false;
+    Micros partial_since = -1;
+  };
+
+  // ---- market::EventSink ----
+  void OnEvents(std::span<const market::Event> events) override {
+    pending_.insert(pending_.end(), events.begin(), events.end());
+  }
+
+  void Drain() {
+    while (!pending_.empty()) {
+      std::vector<market::Event> events;
+      events.swap(pending_);
+      for (const market::Event& e : events) {
+        ++result_.metrics.engine_events;
+        if (debug_node_ >= 0 && e.node.value == static_cast<uint32_t>(debug_node_))
+          std::fprintf(stderr, "t=%lld %s node=%u tenant=%u other=%u order=%llu reasons=%u\n", (long long)e.time,
+                       std::string(market::EventTypeName(e.type)).c_str(), e.node.value, e.tenant.value, e.other.value,
+                       (unsigned long long)e.order.value, e.reasons);
+        // A transfer: the previous holder loses the node before the new one gets it.
+        if (e.type == market::EventType::kTransferred && e.other.valid() && e.other != e.tenant) Route(e, e.other);
+        Route(e, e.tenant);
+      }
+    }
+  }
+
+  void Route(const market::Event& e, TenantId t) {
+    if (!t.valid() || t.value >= job_of_tenant_.size()) return;
+    int32_t job = job_of_tenant_[t.value];
+    if (job < 0) return;
+    Tenant& ten = tenants_[static_cast<size_t>(job)];
+    if (ten.adapter) ten.adapter->OnEvents({&e, 1});
+  }
+
+  // ---- Listener callbacks ----
+  void Gained(uint32_t job, uint32_t node) { GrantNode(job, node); }
+  void Lost(uint32_t job, uint32_t node, uint8_t reasons) {
+    Tenant& t = tenants_[job];
+    auto y = std::find(t.yielding.begin(), t.yielding.end(), node);
+    bool yielded = y != t.yielding.end();
+    if (yielded) t.yielding.erase(y);
+    t.noticed.erase(std::remove(t.noticed.begin(), t.noticed.end(), node), t.noticed.end());
+    bool own = (reasons & market::kReasonRelinquish) != 0 && !yielded;
+    if (t.finishing || own) {
+      RevokeNode(job, node, /*clean=*/true, /*evicted=*/false);
+    } else if (yielded) {
+      RevokeNode(job, node, /*clean=*/true, /*evicted=*/true);
+    } else {
+      RevokeNode(job, node, /*clean=*/false, /*evicted=*/true);
+    }
+  }
+  void Noticed(uint32_t job, uint32_t node, Micros deadline) {
+    Tenant& t = tenants_[job];
+    if (std::find(t.noticed.begin(), t.noticed.end(), node) == t.noticed.end()) t.noticed.push_back(node);
+    Notice(job, node, deadline);
+  }
+  void ContestEnded(uint32_t job, uint32_t node) {
+    Tenant& t = tenants_[job];
+    t.noticed.erase(std::remove(t.noticed.begin(), t.noticed.end(), node), t.noticed.end());
+    if (t.noticed.empty()) CancelYield(job);
+  }
+
+ private:
+  Status Start() override {
+    market::EngineOptions eo;
+    eo.price_events = false;
+    eo.retain_ledger = false;
+    engine_ = std::make_unique<market::MarketEngine>(world_.market, eo);
+    engine_->set_sink(this);
+    for (size_t i = 0; i < world_.infos.size(); ++i) {
+      auto id = engine_->AddNode(0, world_.infos[i]);
+      if (!id.ok()) return id.status();
+      if (id->value != i) return Internal("engine assigned node ids out of order");
+    }
+    for (const RowCap& rc : world_.power_caps) {
+      auto loc = engine_->topology().FindLocation(world_.rows[static_cast<size_t>(rc.row)]);
+      if (!loc.ok()) return loc.status();
+      market::PowerCapSpec spec;
+      spec.row = *loc;
+      spec.cap_w = rc.cap_w;
+      spec.steps = world_.power_steps;
+      auto p = engine_->AddPolicy(0, spec);
+      if (!p.ok()) return p.status();
+    }
+    for (size_t t = 0; t < world_.types.size(); ++t) {
+      auto v = engine_->topology().FindVertex(world_.types[t].name);
+      type_root_.push_back(v.ok() ? *v : VertexId());
+    }
+    tenants_.resize(world_.jobs.size());
+    Drain();
+    return Status::Ok();
+  }
+
+  std::unique_ptr<sdk::PricingStrategy> MakeStrategy(uint32_t job) {
+    const Job& j = world_.jobs[job];
+    std::unordered_map<std::string, Ppm> speed;
+    for (size_t t = 0; t < world_.types.size(); ++t)
+      if (j.speed[t] > 0) speed[world_.types[t].name] = static_cast<Ppm>(std::llround(j.speed[t] * kPpm));
+    std::unique_ptr<sdk::PricingStrategy> s = std::make_unique<sdk::ThroughputValue>(j.value, std::move(speed));
+    if (j.deadline != kNever) {
+      sdk::DeadlineUrgency::Params p;
+      p.deadline = j.deadline;
+      p.remaining = [this, job] { return static_cast<Micros>(std::max(0.0, Remaining(job)) * kMicrosPerHour); };
+      s = std::make_unique<sdk::DeadlineUrgency>(std::move(s), std::move(p));
+    }
+    if (world_.migration_aware) {
+      sdk::MigrationAware::Params p;
+      // The tenant's own estimate of one move's overhead (fig15 misestimates it).
+      p.overhead = static_cast<Micros>(static_cast<double>(j.restore + j.ckpt_save) * world_.overhead_estimate);
+      p.uncommitted = [this, job] {
+        return static_cast<Micros>(std::max(0.0, Uncommitted(job)) * kMicrosPerHour);
+      };
+      s = std::make_unique<sdk::MigrationAware>(std::move(s), std::move(p));
+    }
+    if (world_.bid_cap != kInfPrice && j.kind == world_.bid_cap_kind)
+      s = std::make_unique<sdk::BudgetCapped>(std::move(s), world_.bid_cap);
+    return s;
+  }
+
+  sdk::Request MakeRequest(uint32_t job, uint32_t count) {
+    const Job& j = world_.jobs[job];
+    sdk::Request r;
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t t = 0; t < world_.types.size(); ++t)
+      if (j.speed[t] > 0) order.emplace_back(j.speed[t], t);
+    std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (auto& [s, t] : order) {
+      sdk::NodeSpec spec;
+      spec.node_type = world_.types[t].name;
+      // Replacement nodes of a gang should sit in the same row as the rest.
+      if (j.kind != JobKind::kInference) spec.locality = market::Locality::kSameRow;
+      r.options.push_back(std::move(spec));
+    }
+    r.count = count;
+    r.gang = j.kind != JobKind::kInference;
+    return r;
+  }
+
+  void OnArrival(uint32_t job) override {
+    const Job& j = world_.jobs[job];
+    Tenant& t = tenants_[job];
+    auto id = engine_->CreateTenant(now(), "job-" + std::to_string(job), std::max<Money>(j.budget, 1));
+    Drain();
+    if (!id.ok()) return;
+    t.id = *id;
+    if (job_of_tenant_.size() <= id->value) job_of_tenant_.resize(id->value + 1, -1);
+    job_of_tenant_[id->value] = static_cast<int32_t>(job);
+    t.client = std::make_unique<sdk::InProcessMarketClient>(engine_.get(), *id, [this] { return now(); });
+    t.strategy = MakeStrategy(job);
+    t.listener = std::make_unique<JobListener>(this, job);
+    t.adapter = std::make_unique<sdk::EconAdapter>(t.client.get(), t.strategy.get(), t.listener.get());
+    uint32_t count = j.kind == JobKind::kInference ? 1 : j.nodes;
+    auto req = t.adapter->Add(MakeRequest(job, count));
+    if (!req.ok()) return;
+    t.request = *req;
+    t.active = true;
+    active_.push_back(job);
+    // The add marks the adapter dirty; it prices at the next market tick.
+  }
+
+  void OnFinished(uint32_t job) override {
+    Tenant& t = tenants_[job];
+    if (!t.active) return;
+    t.finishing = true;
+    (void)t.adapter->Remove(t.request);
+    Drain();
+    t.active = false;
+  }
+
+  void OnYield(uint32_t job) override {
+    Tenant& t = tenants_[job];
+    if (!t.active) return;
+    std::vector<uint32_t> noticed = t.noticed;
+    for (uint32_t n : noticed) {
+      if (holder(n) != static_cast<int32_t>(job)) continue;
+      t.yielding.push_back(n);
+      (void)t.adapter->Yield(t.request, NodeId(n));
+      Drain();
+    }
+  }
+
+  void OnAutoscale(uint32_t job, double target) override {
+    Tenant& t = tenants_[job];
+    if (!t.active) return;
+    const Job& j = world_.jobs[job];
+    const auto* rs = t.adapter->request(t.request);
+    double speed = 0;
+    if (rs && rs->option >= 0) {
+      speed = j.speed[static_cast<size_t>(world_.TypeIndex(rs->request.options[static_cast<size_t>(rs->option)].node_type))];
+    } else {
+      for (double s : j.speed) speed = std::max(speed, s);
+    }
+    uint32_t count = std::max<uint32_t>(1, static_cast<uint32_t>(std::ceil(target / std::max(speed, 1e-9) - 1e-9)));
+    if (rs && rs->request.count == count) return;
+    (void)t.adapter->Resize(t.request, count);
+    Drain();
+  }
+
+  void OnTick() override {
+    // Every active tenant re-prices once per tick (time-dependent strategies).
+    std::vector<uint32_t> still;
+    for (uint32_t job : active_) {
+      Tenant& t = tenants_[job];
+      if (!t.active) continue;
+      still.push_back(job);
+      // A gang stuck with part of its nodes gives them back and starts over.
+      const Job& j = world_.jobs[job];
+      if (j.kind != JobKind::kInference) {
+        size_t held = runs_[job].nodes.size();
+        if (held > 0 && held < j.nodes) {
+          if (t.partial_since < 0) t.partial_since = now();
+          if (now() - t.partial_since >= kPartialGangPatience) {
+            t.partial_since = -1;
+            t.finishing = true;
+            (void)t.adapter->Remove(t.request);
+            Drain();
+            t.finishing = false;
+            t.noticed.clear();
+            auto req = t.adapter->Add(MakeRequest(job, j.nodes));
+            if (req.ok()) t.request = *req;
+          }
+        } else {
+          t.partial_since = -1;
+        }
+      }
+      t.adapter->MarkDirty();
+      (void)t.adapter->Reprice();
+      Drain();
+    }
+    active_.swap(still);
+    if (options_.sample_power) {
+      std::vector<Price> prices;
+      for (VertexId v : type_root_) {
+        auto q = engine_->Quote(v, false);
+        prices.push_back(q.ok() ? q->quote : kInfPrice);
+      }
+      result_.metrics.type_price.push_back(std::move(prices));
+      std::vector<uint32_t> held(world_.types.size() * 2, 0);
+      for (uint32_t n = 0; n < world_.nodes.size(); ++n) {
+        int32_t h = holder(n);
+        if (h < 0) continue;
+        size_t idx = static_cast<size_t>(world_.nodes[n].type) * 2 + (world_.jobs[static_cast<size_t>(h)].low_urgency ? 1 : 0);
+        held[idx]++;
+      }
+      result_.metrics.type_held.push_back(std::move(held));
+    }
+  }
+
+  Micros NextExternalTime() override { return engine_ ? engine_->NextEventTime() : kNever; }
+  void AdvanceExternal(Micros t) override {
+    if (!engine_ || t < engine_->now()) return;
+    (void)engine_->Advance(t);
+    Drain();
+  }
+
+  void Finish(RunResult* r) override {
+    uint64_t calls = 0;
+    for (size_t j = 0; j < tenants_.size(); ++j) {
+      Tenant& t = tenants_[j];
+      if (!t.id.valid()) continue;
+      auto bal = engine_->AvailableBalance(t.id);
+      Money start = std::max<Money>(world_.jobs[j].budget, 1);
+      r->jobs[j].cost = bal.ok() ? start - *bal : 0;
+      if (t.adapter) calls += t.adapter->stats().price_calls;
+    }
+    r->metrics.price_calls = calls;
+  }
+
+  std::unique_ptr<market::MarketEngine> engine_;
+  std::vector<Tenant> tenants_;
+  std::vector<int32_t> job_of_tenant_;
+  std::vector<uint32_t> active_;
+  std::vector<VertexId> type_root_;
+  std::vector<market::Event> pending_;
+  int debug_node_ = std::getenv("LAISSEZ_DEBUG_NODE") ? std::atoi(std::getenv("LAISSEZ_DEBUG_NODE")) : -1;
+};
+
+void JobListener::OnNodeGained(sdk::RequestId, NodeId node, Price) { sim_->Gained(job_, node.value); }
+void JobListener::OnNodeLost(sdk::RequestId, NodeId node, uint8_t reasons) { sim_->Lost(job_, node.value, reasons); }
+void JobListener::OnNotice(sdk::RequestId, NodeId node, Micros deadline, Price, uint8_t) {
+  sim_->Noticed(job_, node.value, deadline);
+}
+void JobListener::OnContestEnded(sdk::RequestId, NodeId node) { sim_->ContestEnded(job_, node.value); }
+
+}  // namespace
+
+Result<RunResult> LaissezMechanism::Run(const World& world, const RunOptions& options) {
+  LaissezSim sim(world, options);
+  return sim.Execute(name());
+}
+
+}  // namespace laissez::sim

@@ -1,0 +1,25 @@
+#include "sim/mechanism.h"
+
+#include "sim/baselines.h"
+#include "sim/laissez_mechanism.h"
+#include "sim/oracle.h"
+
+namespace laissez::sim {
+
+std::vector<std::string> MechanismNames() { return {"laissez", "ondemand", "spot", "fcfs", "fcfsp", "oracle"}; }
+
+Result<std::unique_ptr<Mechanism>> MakeMechanism(std::string_view name) {
+  std::unique_ptr<Mechanism> m;
+  if (name == "laissez") m = std::make_unique<LaissezMechanism>();
+  else if (name == "ondemand") m = std::make_unique<BaselineMechanism>(BaselinePolicy::kOnDemand);
+  else if (name == "spot") m = std::make_unique<BaselineMechanism>(BaselinePolicy::kSpot);
+  else if (name == "fcfs") m = std::make_unique<BaselineMechanism>(BaselinePolicy::kFcfs);
+  else if (name == "fcfsp") m = std::make_unique<BaselineMechanism>(BaselinePolicy::kFcfsP);
+  else if (name == "oracle") m = std::make_unique<OracleBound>();
+  else
+    return InvalidArgument("mechanism: unknown '" + std::string(name) +
+                           "' (laissez, ondemand, spot, fcfs, fcfsp, oracle or all)");
+  return m;
+}
+
+}  // namespace laissez::sim

@@ -1,0 +1,67 @@
+// `laissez simulate` and `laissez experiment`: the simulator's commands.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "sim/experiments.h"
+#include "sim/mechanism.h"
+#include "tools/commands.h"
+
+namespace laissez::cli {
+
+void RegisterSimCommands(CLI::App& app, int* exit_code) {
+  auto log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+
+  {
+    auto* cmd = app.add_subcommand("simulate", "Run a scenario under one or all mechanisms");
+    auto scenario = std::make_shared<std::string>();
+    auto mechanism = std::make_shared<std::string>("all");
+    auto seed = std::make_shared<uint64_t>(1);
+    auto out = std::make_shared<std::string>("out");
+    cmd->add_option("scenario", *scenario, "Scenario YAML file")->required();
+    cmd->add_option("--mechanism", *mechanism, "laissez, ondemand, spot, fcfs, fcfsp, oracle or all");
+    cmd->add_option("--seed", *seed, "Random seed");
+    cmd->add_option("--out", *out, "Output directory (summary.csv, jobs.csv)");
+    cmd->callback([=] {
+      std::vector<std::string> mechs;
+      if (*mechanism == "all") mechs = sim::MechanismNames();
+      else mechs = {*mechanism};
+      Status s = sim::Simulate(*scenario, mechs, *seed, *out, log);
+      if (!s.ok()) {
+        std::fprintf(stderr, "simulate: %s\n", s.ToString().c_str());
+        *exit_code = 1;
+        return;
+      }
+      std::fprintf(stderr, "wrote %s/summary.csv and %s/jobs.csv\n", out->c_str(), out->c_str());
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("experiment", "Reproduce one of the paper's experiments (or all)");
+    auto name = std::make_shared<std::string>();
+    auto quick = std::make_shared<bool>(false);
+    auto out = std::make_shared<std::string>("out");
+    auto seed = std::make_shared<uint64_t>(1);
+    std::string names = "all";
+    for (const std::string& n : sim::ExperimentNames()) names += ", " + n;
+    cmd->add_option("name", *name, names)->required();
+    cmd->add_flag("--quick", *quick, "Small sizes (experiment all --quick takes at most 3 minutes)");
+    cmd->add_option("--out", *out, "Output directory (NAME.csv, NAME.png, NAME.svg, report.md)");
+    cmd->add_option("--seed", *seed, "Random seed");
+    cmd->callback([=] {
+      sim::ExperimentOptions o;
+      o.quick = *quick;
+      o.out_dir = *out;
+      o.seed = *seed;
+      o.log = log;
+      Status s = sim::RunExperiment(*name, o);
+      if (!s.ok()) {
+        std::fprintf(stderr, "experiment: %s\n", s.ToString().c_str());
+        *exit_code = 1;
+        return;
+      }
+      std::fprintf(stderr, "report: %s/report.md\n", out->c_str());
+    });
+  }
+}
+
+}  // namespace laissez::cli
