@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "oplog/explain.h"
 #include "oplog/replay.h"
 #include "tools/commands.h"
 
@@ -135,6 +136,39 @@ int RunReplay(const ReplayArgs& a) {
   return 0;
 }
 
+struct ExplainArgs {
+  std::string oplog;
+  std::string node, tenant, as, at;
+  bool json = false;
+};
+
+int RunExplain(const ExplainArgs& a) {
+  oplog::ExplainQuery q;
+  q.node = a.node;
+  q.tenant = a.tenant;
+  q.as = a.as;
+  if (!a.at.empty()) {
+    auto at = oplog::ParseTimeArg(a.at, "--at");
+    if (!at.ok()) {
+      std::cerr << "explain: " << at.status().message() << "\n";
+      return 2;
+    }
+    q.at = *at;
+  }
+  auto text = oplog::ReadLogFile(a.oplog);
+  if (!text.ok()) {
+    std::cerr << "explain: " << text.status().message() << "\n";
+    return 1;
+  }
+  auto out = oplog::Explain(text->text(), /*padded=*/true, q);
+  if (!out.ok()) {
+    std::cerr << "explain: " << a.oplog << ": " << out.status().message() << "\n";
+    return out.status().code() == StatusCode::kInvalidArgument && out.status().message().rfind("line ", 0) != 0 ? 2 : 1;
+  }
+  std::cout << (a.json ? out->json : out->text);
+  return 0;
+}
+
 }  // namespace
 
 void RegisterOplogCommands(CLI::App& app, int* exit_code) {
@@ -152,6 +186,20 @@ void RegisterOplogCommands(CLI::App& app, int* exit_code) {
   replay->add_flag("--verbose", args->verbose, "List every call the engine rejected on stderr");
   replay->add_flag("--json", args->json, "Print the replay summary as one JSON document on stdout");
   replay->callback([args, exit_code] { *exit_code = RunReplay(*args); });
+
+  auto ex = std::make_shared<ExplainArgs>();
+  CLI::App* explain = app.add_subcommand(
+      "explain", "Tell in plain words a node's history or a tenant's evictions, from an operation log");
+  explain->add_option("oplog", ex->oplog, "Operation log (JSON lines)")->required();
+  CLI::Option* node = explain->add_option("--node", ex->node, "Node id or name: who held it when, contests, payments");
+  CLI::Option* tenant = explain->add_option("--tenant", ex->tenant, "Tenant id or name: its evictions and payments");
+  node->excludes(tenant);
+  tenant->excludes(node);
+  explain->add_option("--at", ex->at,
+                      "Account up to this time: engine microseconds or ISO-8601 (2026-11-30T05:00:00Z)");
+  explain->add_option("--as", ex->as, "Show only what this tenant (id or name) may see; rivals stay anonymous");
+  explain->add_flag("--json", ex->json, "Print the account as one JSON document");
+  explain->callback([ex, exit_code] { *exit_code = RunExplain(*ex); });
 }
 
 }  // namespace laissez::cli
