@@ -99,7 +99,8 @@ Stats Measure(const std::string& name, uint64_t ops, Op&& op) {
   return Summarize(name, lat, total, ops);
 }
 
-int RunEngineBench(uint32_t nodes, uint64_t ops, uint32_t seed, bool json) {
+int RunEngineBench(uint32_t nodes, uint64_t ops, uint32_t seed, bool json, const std::string& only) {
+  auto want = [&](const char* name) { return only.empty() || only == name; };
   std::vector<Stats> results;
   std::mt19937_64 rng(seed);
   uint32_t tenants = std::max<uint32_t>(16, nodes / 50);
@@ -107,7 +108,7 @@ int RunEngineBench(uint32_t nodes, uint64_t ops, uint32_t seed, bool json) {
   // retention: every node held; holders move their limits (with the outbid check
   // against resting demand at every ancestor).
   size_t bytes_per_node = 0, bytes_per_order = 0, resting_orders = 0;
-  {
+  if (want("retention")) {
     Cluster c = Build(nodes, tenants);
     bytes_per_node = c.bytes_nodes / nodes;
     MarketEngine& e = *c.engine;
@@ -137,7 +138,7 @@ int RunEngineBench(uint32_t nodes, uint64_t ops, uint32_t seed, bool json) {
 
   // inner_bid: a bid on a rack, row or zone takes the cheapest obtainable node below;
   // the node is handed back (untimed) so the market stays half free.
-  {
+  if (want("inner_bid")) {
     Cluster c = Build(nodes, tenants);
     MarketEngine& e = *c.engine;
     for (uint32_t i = 0; i < nodes; i += 2) {
@@ -177,7 +178,7 @@ int RunEngineBench(uint32_t nodes, uint64_t ops, uint32_t seed, bool json) {
   }
 
   // mixed: place / update / cancel / set limit / relinquish / advance time.
-  {
+  if (want("mixed")) {
     Cluster c = Build(nodes, tenants);
     MarketEngine& e = *c.engine;
     for (uint32_t i = 0; i < nodes; i += 4) {
@@ -249,11 +250,14 @@ void RegisterBenchCommands(CLI::App& app, int* exit_code) {
   static uint32_t nodes = 100'000, seed = 1;
   static uint64_t ops = 1'000'000;
   static bool json = false;
+  static std::string only;
+  engine->add_option("--workload", only, "Run only this workload (retention, inner_bid, mixed)")
+      ->check(CLI::IsMember({"retention", "inner_bid", "mixed"}));
   engine->add_option("--nodes", nodes, "Cluster size")->check(CLI::Range(16u, 10'000'000u));
   engine->add_option("--ops", ops, "Operations per workload")->check(CLI::Range(uint64_t{1}, uint64_t{1'000'000'000}));
   engine->add_option("--seed", seed, "Random seed");
   engine->add_flag("--json", json, "Print one JSON document");
-  engine->callback([exit_code] { *exit_code = RunEngineBench(nodes, ops, seed, json); });
+  engine->callback([exit_code] { *exit_code = RunEngineBench(nodes, ops, seed, json, only); });
 }
 
 }  // namespace laissez::cli

@@ -57,6 +57,8 @@ constexpr int64_t SatAdd(int64_t a, int64_t b) {
 // ceil(a * ppm / 1e6) for a >= 0, saturating; infinity stays infinite.
 constexpr int64_t MulPpmCeil(int64_t a, Ppm ppm) {
   if (a == kInfPrice) return kInfPrice;
+  if (ppm == 0 || a == 0) return 0;
+  if (a < (int64_t{1} << 31) && ppm < (int64_t{1} << 31)) return (a * ppm + kPpm - 1) / kPpm;  // 64-bit fast path.
   __int128 p = static_cast<__int128>(a) * ppm;
   __int128 r = (p + kPpm - 1) / kPpm;
   if (r >= kInfPrice) return kInfPrice;

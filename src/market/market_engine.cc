@@ -42,6 +42,9 @@ Price AddTick(Price p, Price tick) { return SatAdd(p, tick); }
 // ceil(price * grace / 1h): what one node at `price` costs for one grace period.
 Money GraceCost(Price price, Micros grace) {
   if (price <= 0 || grace <= 0) return 0;
+  if (price < (int64_t{1} << 31) && grace < (int64_t{1} << 31)) {
+    return (price * grace + kMicrosPerHour - 1) / kMicrosPerHour;  // Fits in 64 bits.
+  }
   __int128 v = (static_cast<__int128>(price) * grace + kH - 1) / kH;
   return v >= kInfPrice ? kInfPrice : static_cast<Money>(v);
 }
@@ -214,6 +217,7 @@ class MarketEngine::Impl {
   std::vector<VertexId> anc_scratch_;
   std::vector<uint32_t> decaying_;  // Nodes with decay_from > 0.
   int same_time_passes_ = 0;
+  std::vector<uint32_t> exhaust_scratch_, gang_scratch_;  // Reused buffers (no allocation per call).
 
   // ---------------------------------------------------------------- helpers
   const topology::Vertex& V(VertexId v) const { return topo_.vertex(v); }
@@ -321,7 +325,13 @@ class MarketEngine::Impl {
       return;
     }
     ix.key[leaf] = k;
-    for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+    for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) {
+      uint32_t was = ix.tree[i];
+      uint32_t now_best = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+      ix.tree[i] = now_best;
+      // Above here nothing changes: the same other leaf still wins with the same key.
+      if (now_best == was && now_best != leaf) break;
+    }
     // Any order now reaching n may cross: its price fell, or its holder changed
     // (the old holder's orders become eligible for it).
     AddCandidatesAbove(n, now_obtain);
@@ -1250,6 +1260,7 @@ class MarketEngine::Impl {
 
   // A pending gang whose claims are all reserved gets its nodes.
   bool CompleteGangs() {
+    if (gangs_to_check_.empty()) return false;
     bool any = false;
     std::vector<uint32_t> list;
     list.swap(gangs_to_check_);
@@ -1547,7 +1558,8 @@ class MarketEngine::Impl {
       if (CompleteGangs()) continue;
       // Exhaustion.
       if (!exhaust_dirty_.empty()) {
-        std::vector<uint32_t> list;
+        std::vector<uint32_t>& list = exhaust_scratch_;
+        list.clear();
         list.swap(exhaust_dirty_);
         for (uint32_t t : list) exhaust_flag_[t] = 0;
         for (uint32_t t : list) {
