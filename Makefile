@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-asan bench clean
+.PHONY: all deps configure build demo test test-asan bench reliability fuzz clean
 
 all: build
 
@@ -31,6 +31,10 @@ test-asan: deps
 
 bench: build
 	./$(BUILD)/laissez bench engine --nodes 100000 --ops 2000000
+
+# Crash recovery under load with 100 SIGKILL points (CI runs 3 in `make test`).
+reliability: build
+	bash tests/reliability/crash_recovery.sh --points 100 --build $(BUILD)
 
 clean:
 	rm -rf build build-asan
