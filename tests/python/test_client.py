@@ -70,6 +70,7 @@ class TenantFlow(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.terminate()
         cls.server.wait(timeout=10)
+        cls.log.close()
         shutil.rmtree(cls.work)
 
     def test_tenant_flow(self):
@@ -96,12 +97,12 @@ class TenantFlow(unittest.TestCase):
         self.assertTrue(ready.wait(10))
 
         q = self.tenant.Quote(pb.QuoteRequest(vertex="h100x8", depth=True), metadata=md(token))
-        self.assertEqual(q.quote.total, 4)
-        self.assertEqual(q.quote.free, 4)
+        self.assertEqual(q.quote.total, 5)  # scenarios/clusters/small.yaml has five h100x8 nodes.
+        self.assertEqual(q.quote.free, 5)
 
         order = self.tenant.PlaceOrder(pb.PlaceOrderRequest(scope="h100x8/eu/eu-1a", price=20 * UNIT),
                                        metadata=md(token)).order
-        self.assertGreater(order, 0)
+        self.assertGreaterEqual(order, 0)  # Ids start at 0.
         deadline = time.time() + 10
         while time.time() < deadline and not any(e.type == "allocated" for e in events):
             time.sleep(0.05)
