@@ -11,6 +11,7 @@
 #include "common/money.h"
 #include "market/market_engine.h"
 #include "tools/commands.h"
+#include "tools/story.h"
 
 namespace laissez::cli {
 namespace {
@@ -35,8 +36,13 @@ class Narrator : public market::EventSink {
  public:
   explicit Narrator(const MarketEngine& e) : e_(e) {}
   void OnEvents(std::span<const Event> events) override {
-    for (const Event& ev : events) Say(ev);
+    for (const Event& ev : events) {
+      log.push_back(ev);
+      if (out_) Say(ev);
+    }
   }
+  void set_out(std::FILE* out) { out_ = out; }
+  std::vector<Event> log;
 
  private:
   std::string Tenant(TenantId t) const { return t.valid() ? e_.GetTenant(t)->name : "?"; }
@@ -48,28 +54,28 @@ class Narrator : public market::EventSink {
     std::string when = Clock(ev.time);
     switch (ev.type) {
       case EventType::kAllocated:
-        std::printf("%s  %s gets %s; it will keep it while its bid beats competing demand (limit %s/h)\n",
+        std::fprintf(out_, "%s  %s gets %s; it will keep it while its bid beats competing demand (limit %s/h)\n",
                     when.c_str(), Tenant(ev.tenant).c_str(), NodeName(ev.node).c_str(), FormatMoney(ev.price).c_str());
         break;
       case EventType::kNotice:
-        std::printf("%s  NOTICE to %s: %s is wanted at %s/h (%s); it must raise its limit or leave by %s\n",
+        std::fprintf(out_, "%s  NOTICE to %s: %s is wanted at %s/h (%s); it must raise its limit or leave by %s\n",
                     when.c_str(), Tenant(ev.tenant).c_str(), NodeName(ev.node).c_str(),
                     FormatMoney(ev.price).c_str(), market::ReasonNames(ev.reasons).c_str(), Clock(ev.deadline).c_str());
         break;
       case EventType::kContestEnded:
-        std::printf("%s  %s keeps %s: its raised limit beats the challenger\n", when.c_str(),
+        std::fprintf(out_, "%s  %s keeps %s: its raised limit beats the challenger\n", when.c_str(),
                     Tenant(ev.tenant).c_str(), NodeName(ev.node).c_str());
         break;
       case EventType::kTransferred:
-        std::printf("%s  %s moves from %s to %s (new limit %s/h)\n", when.c_str(), NodeName(ev.node).c_str(),
+        std::fprintf(out_, "%s  %s moves from %s to %s (new limit %s/h)\n", when.c_str(), NodeName(ev.node).c_str(),
                     Tenant(ev.other).c_str(), Tenant(ev.tenant).c_str(), FormatMoney(ev.price).c_str());
         break;
       case EventType::kReleased:
-        std::printf("%s  %s releases %s (%s)\n", when.c_str(), Tenant(ev.tenant).c_str(), NodeName(ev.node).c_str(),
+        std::fprintf(out_, "%s  %s releases %s (%s)\n", when.c_str(), Tenant(ev.tenant).c_str(), NodeName(ev.node).c_str(),
                     market::ReasonNames(ev.reasons).c_str());
         break;
       case EventType::kCharged:
-        std::printf("%s  %s paid %s for %s from %s at %s/h (the second price, never above its limit)\n",
+        std::fprintf(out_, "%s  %s paid %s for %s from %s at %s/h (the second price, never above its limit)\n",
                     when.c_str(), Tenant(ev.tenant).c_str(), FormatMoney(ev.amount).c_str(),
                     NodeName(ev.node).c_str(), Clock(ev.deadline).c_str(), FormatMoney(ev.price).c_str());
         break;
@@ -78,13 +84,20 @@ class Narrator : public market::EventSink {
     }
   }
   const MarketEngine& e_;
+  std::FILE* out_ = nullptr;
 };
 
-int RunStory() {
+}  // namespace
+
+StoryOutcome RunStory(std::FILE* out) {
   market::MarketParams params;
   params.grace = 10 * kMin;
   MarketEngine e(params);
   Narrator narrator(e);
+  narrator.set_out(out);
+  auto P = [out](const char* fmt, auto... args) {
+    if (out) std::fprintf(out, fmt, args...);
+  };
   e.set_sink(&narrator);
   auto add = [&](const char* name, const char* type, int gpus, int power) {
     return *e.AddNode(0, topology::NodeInfo{name, type, "us", "us-1a", "row1", "rack1", {gpus, 640, power}});
@@ -104,45 +117,45 @@ int RunStory() {
   TenantId a = *e.CreateTenant(0, "app-A (training)", 10'000 * kUnit);
   TenantId b = *e.CreateTenant(0, "app-B (serving)", 10'000 * kUnit);
 
-  std::printf("LaissezCloud story: three nodes (hw1 h100x8, hw2 a100x8, hw3 l40sx8); grace %s;\n"
+  P("LaissezCloud story: three nodes (hw1 h100x8, hw2 a100x8, hw3 l40sx8); grace %s;\n"
               "operator floors 3/h, 2/h, 1/h.\n",
               Clock(params.grace).c_str());
-  std::printf("App A values hw1 at 12/h and hw3 at 5/h; it checkpoints every 20 minutes.\n\n");
+  P("App A values hw1 at 12/h and hw3 at 5/h; it checkpoints every 20 minutes.\n\n");
   auto must = [](const Status& s) {
     if (!s.ok()) std::fprintf(stderr, "demo: %s\n", s.ToString().c_str());
   };
   auto a1 = e.PlaceOrder(0, a, OrderSpec{vx(hw1), 12 * kUnit});
   must(a1.status());
 
-  std::printf("\n-- 00:06 app B arrives: it prefers hw1, settles for hw2, and bids low for hw1 --\n");
+  P("\n-- 00:06 app B arrives: it prefers hw1, settles for hw2, and bids low for hw1 --\n");
   Micros t = 6 * kMin;
   must(e.PlaceOrder(t, b, OrderSpec{vx(hw2), 6 * kUnit}).status());
   auto b1 = e.PlaceOrder(t, b, OrderSpec{vx(hw1), 8 * kUnit});
   must(b1.status());
   auto q = e.GetEvictionQuote(a, hw1);
-  std::printf("%s  A's eviction quote on hw1: competing demand %s/h, A pays %s/h, a challenger needs %s/h\n",
+  P("%s  A's eviction quote on hw1: competing demand %s/h, A pays %s/h, a challenger needs %s/h\n",
               Clock(t).c_str(), FormatMoney(q->competing).c_str(), FormatMoney(q->pays).c_str(),
               FormatMoney(q->obtain).c_str());
 
-  std::printf("\n-- B's load grows: it raises its bid for hw1 step by step --\n");
+  P("\n-- B's load grows: it raises its bid for hw1 step by step --\n");
   for (Price p : {10 * kUnit, 14 * kUnit}) {
     t += 4 * kMin;
     must(e.UpdateOrder(t, b, *b1, p));
-    std::printf("%s  B bids %s/h for hw1\n", Clock(t).c_str(), FormatMoney(p).c_str());
+    P("%s  B bids %s/h for hw1\n", Clock(t).c_str(), FormatMoney(p).c_str());
   }
   Micros notice = t;
 
-  std::printf("\n-- A is outbid: hw1 is worth 12/h to it, so it will not match 14/h.\n");
-  std::printf("   Its next checkpoint is at 00:20, inside the grace window: it finishes it, then moves. --\n");
+  P("\n-- A is outbid: hw1 is worth 12/h to it, so it will not match 14/h.\n");
+  P("   Its next checkpoint is at 00:20, inside the grace window: it finishes it, then moves. --\n");
   t = 20 * kMin;
   must(e.Advance(t));
-  std::printf("%s  A's checkpoint is saved (the epoch's work is kept)\n", Clock(t).c_str());
+  P("%s  A's checkpoint is saved (the epoch's work is kept)\n", Clock(t).c_str());
   must(e.Relinquish(t, a, hw1));
   must(e.PlaceOrder(t, a, OrderSpec{vx(hw3), 5 * kUnit}).status());
   Micros restore = 3 * kMin;
-  std::printf("%s  A restores its checkpoint on hw3: %s of restart gap, then it trains on hw3\n",
+  P("%s  A restores its checkpoint on hw3: %s of restart gap, then it trains on hw3\n",
               Clock(t + restore).c_str(), Clock(restore).c_str());
-  std::printf("\n-- B no longer needs hw2 --\n");
+  P("\n-- B no longer needs hw2 --\n");
   must(e.Relinquish(t + 5 * kMin, b, hw2));
 
   t = 60 * kMin;
@@ -150,22 +163,34 @@ int RunStory() {
   must(e.Relinquish(t, b, hw1));
   auto ta = e.GetTenant(a), tb = e.GetTenant(b);
   auto totals = e.ledger_totals();
-  std::printf("\nAfter one hour: A paid %s, B paid %s; the operator earned %s. A was noticed at %s and left at "
+  P("\nAfter one hour: A paid %s, B paid %s; the operator earned %s. A was noticed at %s and left at "
               "00:20 with its checkpoint, so no work was lost.\n",
               FormatMoney(ta->paid).c_str(), FormatMoney(tb->paid).c_str(), FormatMoney(totals.operator_revenue).c_str(),
               Clock(notice).c_str());
-  bool ok = totals.deposited == totals.tenant_balances + totals.operator_revenue;
-  std::printf("Money conserved: %s\n", ok ? "yes" : "NO");
-  return ok ? 0 : 1;
+  StoryOutcome o;
+  o.events = narrator.log;
+  o.hw1 = hw1;
+  o.hw2 = hw2;
+  o.hw3 = hw3;
+  o.a = a;
+  o.b = b;
+  o.notice_time = notice;
+  o.a_paid = ta->paid;
+  o.b_paid = tb->paid;
+  o.money_conserved = totals.deposited == totals.tenant_balances + totals.operator_revenue;
+  P("Money conserved: %s\n", o.money_conserved ? "yes" : "NO");
+  return o;
 }
 
+namespace {
+int RunStoryCommand() { return RunStory(stdout).money_conserved ? 0 : 1; }
 }  // namespace
 
 void RegisterDemoCommands(CLI::App& app, int* exit_code) {
   auto* demo = app.add_subcommand("demo", "Run a demonstration");
   demo->require_subcommand(1);
   auto* story = demo->add_subcommand("story", "The paper's two-application story (Fig. 1 and 2) in plain words");
-  story->callback([exit_code] { *exit_code = RunStory(); });
+  story->callback([exit_code] { *exit_code = RunStoryCommand(); });
 }
 
 }  // namespace laissez::cli
