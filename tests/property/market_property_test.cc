@@ -32,8 +32,10 @@ using testsupport::Snapshot;
 
 constexpr Price kUnit = 1'000'000;  // One unit of money per hour.
 
-// Steers the generator around engine bugs that crash the process (each has a
-// Regression_ test in tests/scenario). Set to false to check a fix.
+// Steers the generator and the checks around engine bugs already reported,
+// so that one known bug does not mask the search for others. Each has a
+// Regression_ test in tests/scenario/market_regression_test.cc. Set to false
+// to check a fix.
 constexpr bool kAvoidKnownEngineBugs = true;
 
 const char* const kTypes[] = {"h100x8", "a100x8", "l4x1"};
@@ -272,10 +274,6 @@ class OpGen {
         op.body = OpSetMaxRate{t, *rc::gen::element<Price>(Price{kInfPrice}, 5 * kUnit, 20 * kUnit, Price{0})};
         break;
       case 19: {
-        // AddNode under a floor policy overruns the engine's stale index
-        // (Regression_AddNodeUnderFloorPolicyAfterQuote, heap-buffer-overflow
-        // under ASan); avoided until fixed so the other properties keep running.
-        if (kAvoidKnownEngineBugs && !policies_.empty()) return Advance(op);
         // A locality order whose type had no node in its location keeps an
         // empty scope and never sees nodes added there later
         // (Regression_LocalityOrderIgnoresNodeAddedInItsLocation).
@@ -594,7 +592,10 @@ RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, 
 
   auto step = [&](const Operation& op) {
     size_t ev_before = sink_a.events.size();
-    bool same_time = op.time == a.now();
+    // With NextEventTime() stuck at now() (see NearExhaustion) a call at the
+    // same time applies what was due, so "rejected means unchanged" can't hold.
+    bool stuck = kAvoidKnownEngineBugs && a.NextEventTime() <= a.now();
+    bool same_time = op.time == a.now() && !stuck;
     std::string before_snapshot = same_time ? Snapshot(a, gen.order_bound()) : std::string();
     std::vector<Price> quotes_before = AllQuotes(a);
     Micros now_before = a.now();
@@ -674,6 +675,7 @@ RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, 
     ctx.ledger_prefix = &prefix;
     ctx.charged_event_total = sink_a.charged_total;
     ctx.requested = &requested;
+    ctx.check_available_non_negative = !kAvoidKnownEngineBugs;
     std::string bad = CheckInvariants(a, ctx);
     if (!bad.empty()) fail(bad);
   };
