@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -82,6 +83,37 @@ inline bool BookLess(const BookEntry& a, const BookEntry& b) {
   return a.price != b.price ? a.price > b.price : a.seq < b.seq;
 }
 
+// Per-vertex books, allocated only for vertices that ever had an order: most
+// vertices are leaves that never do, and an empty std::vector is 24 bytes.
+class BookTable {
+ public:
+  void Resize(size_t vertices) { index_.resize(vertices, kNone); }
+  size_t size() const { return index_.size(); }
+  const std::vector<BookEntry>& operator[](uint32_t v) const {
+    uint32_t i = index_[v];
+    return i == kNone ? kEmpty : pool_[i];
+  }
+  std::vector<BookEntry>& Mutable(uint32_t v) {
+    if (index_[v] == kNone) {
+      index_[v] = static_cast<uint32_t>(pool_.size());
+      pool_.emplace_back();
+    }
+    return pool_[index_[v]];
+  }
+  size_t total_entries() const {
+    size_t n = 0;
+    for (const auto& b : pool_) n += b.size();
+    return n;
+  }
+  void ShrinkToFit() { index_.shrink_to_fit(); }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static inline const std::vector<BookEntry> kEmpty{};
+  std::vector<uint32_t> index_;
+  std::deque<std::vector<BookEntry>> pool_;  // Stable references across growth.
+};
+
 struct NodeState {
   TenantId holder;
   Price limit = 0;
@@ -95,15 +127,14 @@ struct NodeState {
   uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
   // Floors.
   Price base_floor = 0;    // Max of policy floors.
-  Price decay_from = 0;    // P at release; 0 when not decaying.
-  Micros released_at = 0;
-  Micros maint_at = kNever;  // Start of a maintenance whose notice phase has begun.
   // Charging.
   Price rate = 0;
   Micros acc_since = 0;
-  int64_t carry = 0;  // < kH.
+  uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
   bool alive = true;
   bool hold_scheduled = false;
+  bool decaying = false;  // Has an entry in decay_state_ (rare: kept out of the hot struct).
+  bool in_maint = false;  // Has an entry in maint_state_.
 };
 
 struct Order {
@@ -175,7 +206,7 @@ class MarketEngine::Impl {
   std::vector<Order> orders_;           // Slots.
   std::vector<uint32_t> free_slots_;
   std::unordered_map<uint64_t, uint32_t> order_slot_;  // Live orders.
-  std::vector<std::vector<BookEntry>> books_;          // Per vertex.
+  BookTable books_;  // Per vertex.
   std::vector<Tenant> tenants_;
   std::unordered_map<std::string, TenantId> tenant_by_name_;
   std::vector<Policy> policies_;
@@ -215,19 +246,42 @@ class MarketEngine::Impl {
   std::vector<uint8_t> vertex_touched_;
   std::vector<uint32_t> touched_vertices_;
   std::vector<VertexId> anc_scratch_;
-  std::vector<uint32_t> decaying_;  // Nodes with decay_from > 0.
+  std::vector<uint32_t> decaying_;  // Nodes with a decay_state_ entry.
+  // Rare per-node state, kept out of NodeState to keep it small.
+  std::unordered_map<uint32_t, std::pair<Price, Micros>> decay_state_;  // (P paid at release, release time).
+  std::unordered_map<uint32_t, Micros> maint_state_;  // Start of a maintenance whose notice phase began.
   int same_time_passes_ = 0;
   std::vector<uint32_t> exhaust_scratch_, gang_scratch_;  // Reused buffers (no allocation per call).
 
   // ---------------------------------------------------------------- helpers
   const topology::Vertex& V(VertexId v) const { return topo_.vertex(v); }
 
+  Micros MaintAt(NodeId n) const {
+    return nodes_[n.value].in_maint ? maint_state_.at(n.value) : kNever;
+  }
+  void SetMaintAt(NodeId n, Micros at) {
+    NodeState& s = nodes_[n.value];
+    s.in_maint = at != kNever;
+    if (s.in_maint) maint_state_[n.value] = at;
+    else maint_state_.erase(n.value);
+  }
+  void StopDecay(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (s.decaying) decay_state_.erase(n.value);
+    s.decaying = false;
+  }
+  void StartDecay(NodeId n, Price paid) {
+    decay_state_[n.value] = {paid, now_};
+    nodes_[n.value].decaying = true;
+  }
+
   Price EffFloor(NodeId n) const {
     const NodeState& s = nodes_[n.value];
     Price f = s.base_floor;
-    if (s.decay_from > 0 && !s.holder.valid() && s.order_slot == UINT32_MAX && params_.decay_beta > 0) {
-      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - s.released_at) / kMicrosPerSecond;
-      __int128 d = static_cast<__int128>(s.decay_from) - dec;
+    if (s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX && params_.decay_beta > 0) {
+      auto [paid, released_at] = decay_state_.at(n.value);
+      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - released_at) / kMicrosPerSecond;
+      __int128 d = static_cast<__int128>(paid) - dec;
       if (d > f) f = static_cast<Price>(d);
     }
     return f;
@@ -284,6 +338,9 @@ class MarketEngine::Impl {
     if (index_generation_ == topo_.generation() && index_.size() == topo_.type_count()) return;
     (void)topo_.Range(VertexId(0));  // Forces the topology's rebuild.
     index_generation_ = topo_.generation();
+    nodes_.shrink_to_fit();
+    books_.ShrinkToFit();
+    topo_.ShrinkToFit();
     index_.assign(topo_.type_count(), {});
     for (size_t t = 0; t < topo_.type_count(); ++t) {
       auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
@@ -435,7 +492,7 @@ class MarketEngine::Impl {
       o.in_book = true;
       return;
     }
-    auto& b = books_[o.eff_scope.value];
+    auto& b = books_.Mutable(o.eff_scope.value);
     Summary before = Summarize(b);
     BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, flags};
     b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
@@ -452,7 +509,7 @@ class MarketEngine::Impl {
       if (it != unmatchable_.end()) unmatchable_.erase(it);
       return;
     }
-    auto& b = books_[o.eff_scope.value];
+    auto& b = books_.Mutable(o.eff_scope.value);
     Summary before = Summarize(b);
     b.erase(FindEntry(b, o));
     AfterBookChange(o.eff_scope, before);
@@ -566,7 +623,7 @@ class MarketEngine::Impl {
     s.limit = limit;
     s.held_since = now_;
     s.order_slot = UINT32_MAX;
-    s.decay_from = 0;
+    StopDecay(n);
     s.rate = 0;
     s.carry = 0;
     s.acc_since = now_;
@@ -614,8 +671,7 @@ class MarketEngine::Impl {
     }
     ClearContest(n);
     if (params_.decay_beta > 0 && paid_rate > s.base_floor) {
-      s.decay_from = paid_rate;
-      s.released_at = now_;
+      StartDecay(n, paid_rate);
       decaying_.push_back(n.value);
     }
     power_dirty_ = true;
@@ -726,15 +782,16 @@ class MarketEngine::Impl {
     const NodeState& s = nodes_[n.value];
     uint8_t r = 0;
     if (s.challenger != UINT32_MAX && ChallengerPrice(s) >= HolderBar(n)) r |= kReasonOutbid;
-    if (Floor(n) > s.limit && s.maint_at == kNever) r |= kReasonFloor;
-    if (s.maint_at != kNever) r |= kReasonMaintenance;
+    Micros maint = MaintAt(n);
+    if (Floor(n) > s.limit && maint == kNever) r |= kReasonFloor;
+    if (maint != kNever) r |= kReasonMaintenance;
     if (tenants_[s.holder.value].exhausted) r |= kReasonExhaustion;
     return r;
   }
 
   Price NoticePrice(NodeId n) const {
     const NodeState& s = nodes_[n.value];
-    if (s.maint_at != kNever) return kInfPrice;
+    if (MaintAt(n) != kNever) return kInfPrice;
     return std::max(ChallengerPrice(s), Floor(n));
   }
 
@@ -790,7 +847,7 @@ class MarketEngine::Impl {
       s.contested = true;
       s.reasons = want;
       Micros d = SatAdd(now_, params_.grace);
-      if (s.maint_at != kNever) d = std::min(d, s.maint_at);
+      if (MaintAt(n) != kNever) d = std::min(d, MaintAt(n));
       d = std::max(d, now_);
       s.deadline = d;
       ScheduleAdd(d, kSchedDeadline, n.value);
@@ -809,8 +866,8 @@ class MarketEngine::Impl {
       return true;
     }
     bool changed = false;
-    if (s.maint_at != kNever && s.deadline > s.maint_at) {
-      SetDeadline(n, std::max(s.maint_at, now_));
+    if (Micros maint = MaintAt(n); maint != kNever && s.deadline > maint) {
+      SetDeadline(n, std::max(maint, now_));
       changed = true;
     }
     if ((want & ~s.reasons) != 0) changed = true;  // A new reason: a new notice.
@@ -908,7 +965,7 @@ class MarketEngine::Impl {
         r.reasons = reasons;
         Emit(r);
         s.order_slot = c;
-        s.decay_from = 0;
+        StopDecay(n);
         o.claims.push_back(n);
         power_dirty_ = true;
         gangs_to_check_.push_back(c);
@@ -1191,7 +1248,7 @@ class MarketEngine::Impl {
       ReviewNode(n);  // Opens the contest and sends the notice now.
     } else {
       s.reasons |= kReasonOutbid;
-      if (s.maint_at != kNever && s.deadline > s.maint_at) SetDeadline(n, std::max(s.maint_at, now_));
+      if (Micros maint = MaintAt(n); maint != kNever && s.deadline > maint) SetDeadline(n, std::max(maint, now_));
       SendNotice(n);
     }
   }
@@ -1240,7 +1297,7 @@ class MarketEngine::Impl {
       o.claims.push_back(n);
       if (!s.holder.valid()) {
         s.order_slot = slot;
-        s.decay_from = 0;
+        StopDecay(n);
         power_dirty_ = true;
         Event e;
         e.type = EventType::kReserved;
@@ -1377,9 +1434,9 @@ class MarketEngine::Impl {
       if (p.alive && PolicyCovers(p, n)) f = std::max(f, PolicyFloor(p, n));
     }
     Micros maint = MaintFor(n);
-    if (f == s.base_floor && maint == s.maint_at) return;
+    if (f == s.base_floor && maint == MaintAt(n)) return;
     s.base_floor = f;
-    s.maint_at = maint;
+    SetMaintAt(n, maint);
     RefreshNode(n);
     if (s.holder.valid()) {
       UpdateRate(n);
@@ -1457,7 +1514,8 @@ class MarketEngine::Impl {
   // ---------------------------------------------------------------- decay
   Micros DecayCrossing(uint32_t i) const {
     const NodeState& s = nodes_[i];
-    if (s.decay_from == 0 || s.holder.valid() || s.order_slot != UINT32_MAX || params_.decay_beta == 0) return kNever;
+    if (!s.decaying || s.holder.valid() || s.order_slot != UINT32_MAX || params_.decay_beta == 0) return kNever;
+    auto [paid, released_at] = decay_state_.at(i);
     Price eff = EffFloor(NodeId(i));
     if (eff <= s.base_floor) return kNever;
     Price x = 0;
@@ -1465,10 +1523,10 @@ class MarketEngine::Impl {
       if (!books_[v.value].empty()) x = std::max(x, books_[v.value].front().price);
     }
     if (x < s.base_floor || x >= eff) return kNever;
-    // First t with decay_from - floor(beta * (t - rel) / 1s) <= x.
-    __int128 need = static_cast<__int128>(s.decay_from - x) * kMicrosPerSecond;
+    // First t with paid - floor(beta * (t - released_at) / 1s) <= x.
+    __int128 need = static_cast<__int128>(paid - x) * kMicrosPerSecond;
     __int128 d = (need + params_.decay_beta - 1) / params_.decay_beta;
-    __int128 t = s.released_at + d;
+    __int128 t = released_at + d;
     // A crossing at or before now was applied when the keys were refreshed.
     return t >= kNever || t <= now_ ? kNever : static_cast<Micros>(t);
   }
@@ -1485,12 +1543,12 @@ class MarketEngine::Impl {
     for (size_t r = 0; r < decaying_.size(); ++r) {
       uint32_t i = decaying_[r];
       NodeState& s = nodes_[i];
-      bool active = s.alive && s.decay_from > 0 && !s.holder.valid() && s.order_slot == UINT32_MAX;
+      bool active = s.alive && s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX;
       if (active) RefreshNode(NodeId(i));
       if (active && EffFloor(NodeId(i)) > s.base_floor) {
         decaying_[w++] = i;
       } else if (!s.holder.valid()) {
-        s.decay_from = 0;
+        StopDecay(NodeId(i));
       }
     }
     decaying_.resize(w);
@@ -1741,7 +1799,7 @@ class MarketEngine::Impl {
       return NotFound("scope: no vertex with id " + Num(spec.scope.value));
     }
     if (spec.count < 1) return InvalidArgument("count: must be at least 1");
-    const auto& sv = V(spec.scope);
+    const topology::Vertex sv = V(spec.scope);  // A copy: EnsureIndex below may compact the topology.
     if (sv.level == Level::kNode && !topo_.IsLiveNode(sv.node)) return NotFound("scope: node " + Num(sv.node.value) + " was removed");
     EnsureIndex();
     auto [lo, hi] = topo_.Range(spec.scope);
@@ -1899,7 +1957,7 @@ class MarketEngine::Impl {
         r.reasons = reasons;
         Emit(r);
         s.order_slot = c;
-        s.decay_from = 0;
+        StopDecay(n);
         o.claims.push_back(n);
         gangs_to_check_.push_back(c);
         RefreshNode(n);
@@ -1948,7 +2006,7 @@ Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
   return m.Call(t, [&]() -> Result<NodeId> {
     LZ_ASSIGN_OR_RETURN(NodeId n, m.topo_.AddNode(info));
     m.nodes_.emplace_back();
-    m.books_.resize(m.topo_.vertex_count());
+    m.books_.Resize(m.topo_.vertex_count());
     NodeState& s = m.nodes_[n.value];
     s.alive = true;
     Event e;
@@ -2319,7 +2377,7 @@ Money MarketEngine::UnsettledCharges() const {
 
 size_t MarketEngine::resting_order_count() const {
   size_t n = 0;
-  for (const auto& b : impl_->books_) n += b.size();
+  n += impl_->books_.total_entries();
   return n + impl_->unmatchable_.size();
 }
 

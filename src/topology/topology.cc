@@ -70,7 +70,7 @@ Result<NodeId> Topology::AddNode(const NodeInfo& info) {
   if (info.meta.gpus < 0) return InvalidArgument("gpus: must not be negative");
   if (info.meta.memory_gb < 0) return InvalidArgument("memory_gb: must not be negative");
   if (info.meta.power_w < 0) return InvalidArgument("power_w: must not be negative");
-  if (node_by_name_.count(info.name)) return AlreadyExists("name: node '" + info.name + "' already exists");
+  if (node_by_name_.find(std::string_view(info.name)) != node_by_name_.end()) return AlreadyExists("name: node '" + info.name + "' already exists");
   if (type_by_name_.size() >= TypeId::kInvalidValue - 1 && !type_by_name_.count(info.type)) {
     return ResourceExhausted("type: too many hardware types");
   }
@@ -98,11 +98,17 @@ Result<NodeId> Topology::AddNode(const NodeInfo& info) {
   VertexId leaf(static_cast<uint32_t>(vertices_.size()));
   vertices_.push_back(Vertex{type, Level::kNode, rack, id, v});
   nodes_.push_back(Node{info.name, type, rack, info.meta, leaf, true});
-  node_by_name_.emplace(info.name, id);
+  node_by_name_.insert(id);
   ++live_nodes_;
   dirty_ = true;
   ++generation_;
   return id;
+}
+
+void Topology::ShrinkToFit() {
+  nodes_.shrink_to_fit();
+  vertices_.shrink_to_fit();
+  locations_.shrink_to_fit();
 }
 
 Status Topology::RemoveNode(NodeId n) {
@@ -115,9 +121,9 @@ Status Topology::RemoveNode(NodeId n) {
 }
 
 Result<NodeId> Topology::FindNode(std::string_view name) const {
-  auto it = node_by_name_.find(std::string(name));
+  auto it = node_by_name_.find(name);
   if (it == node_by_name_.end()) return NotFound("node: no node named '" + std::string(name) + "'");
-  return it->second;
+  return *it;
 }
 
 Result<TypeId> Topology::FindType(std::string_view name) const {

@@ -9,6 +9,9 @@
 // added or removed; `generation()` changes whenever ranges may have moved.
 //
 // Thread-safety: none; owned by one engine or one loader.
+// References returned by node(), vertex() and location() are invalidated by any
+// mutating call on the owner (adding nodes grows the tables; the engine
+// compacts them after a bulk load): copy what you keep.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -70,11 +74,15 @@ struct Node {
 class Topology {
  public:
   Topology();
+  Topology(const Topology&) = delete;  // The name index points back at this object.
+  Topology& operator=(const Topology&) = delete;
 
   // Adds a node, creating its locations and vertices as needed. Fails with
   // INVALID_ARGUMENT on empty names or negative metadata, ALREADY_EXISTS on a
   // duplicate name; state is unchanged on failure.
   Result<NodeId> AddNode(const NodeInfo& info);
+  // Releases spare capacity after a bulk load.
+  void ShrinkToFit();
   // Marks a node removed; its id is never reused. NOT_FOUND if unknown or gone.
   Status RemoveNode(NodeId node);
 
@@ -126,7 +134,22 @@ class Topology {
 
   std::vector<Node> nodes_;
   size_t live_nodes_ = 0;
-  std::unordered_map<std::string, NodeId> node_by_name_;
+  // Node ids hashed by their names (the names live in nodes_ only).
+  struct NameHash {
+    const Topology* t;
+    using is_transparent = void;
+    size_t operator()(NodeId n) const { return std::hash<std::string_view>()(t->nodes_[n.value].name); }
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  struct NameEq {
+    const Topology* t;
+    using is_transparent = void;
+    std::string_view Name(NodeId n) const { return t->nodes_[n.value].name; }
+    bool operator()(NodeId a, NodeId b) const { return a == b; }
+    bool operator()(std::string_view a, NodeId b) const { return a == Name(b); }
+    bool operator()(NodeId a, std::string_view b) const { return Name(a) == b; }
+  };
+  std::unordered_set<NodeId, NameHash, NameEq> node_by_name_{16, NameHash{this}, NameEq{this}};
   std::vector<std::string> type_names_;
   std::unordered_map<std::string, TypeId> type_by_name_;
   std::vector<Location> locations_;
