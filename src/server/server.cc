@@ -1098,6 +1098,7 @@ Status Server::Start() {
     http_->router().Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
     });
+    if (options_.http_routes) options_.http_routes(*this);
     LZ_RETURN_IF_ERROR(http_->Start(options_.http));
   }
   return Status::Ok();

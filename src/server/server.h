@@ -10,6 +10,7 @@
 // when `admin_token_file` is set, writes it there (mode 0600).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,8 @@ struct ServerOptions {
   double rate_burst = 10000;
   int max_message_bytes = 1 << 20;  // Larger requests are refused (RESOURCE_EXHAUSTED).
   CoreOptions core;
+  // Adds routes to the HTTP listener before it starts (the dashboard, issue 6).
+  std::function<void(class Server&)> http_routes;
 };
 
 class Server {
