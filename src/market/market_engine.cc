@@ -142,7 +142,8 @@ struct Order {
   TenantId tenant;
   OrderSpec spec;
   TypeId type;
-  VertexId eff_scope;      // Invalid: no node can ever satisfy the order.
+  VertexId eff_scope;      // Invalid: no node satisfies the order (yet).
+  LocationId locality_loc; // The anchor's location at the locality level (invalid: none).
   Price requested = 0;
   Price effective = 0;
   Price clip_step = 0;
@@ -338,6 +339,9 @@ class MarketEngine::Impl {
     if (index_generation_ == topo_.generation() && index_.size() == topo_.type_count()) return;
     (void)topo_.Range(VertexId(0));  // Forces the topology's rebuild.
     index_generation_ = topo_.generation();
+    if (options_.price_events) {
+      for (uint32_t v = 0; v < topo_.vertex_count(); ++v) TouchVertex(VertexId(v));
+    }
     nodes_.shrink_to_fit();
     books_.ShrinkToFit();
     topo_.ShrinkToFit();
@@ -371,7 +375,13 @@ class MarketEngine::Impl {
 
   // Re-keys node n in its type's tree; marks candidates if its obtain price fell.
   void RefreshNode(NodeId n) {
-    if (index_generation_ != topo_.generation()) return;  // Rebuilt lazily with fresh keys.
+    if (index_generation_ != topo_.generation()) {
+      // The index is rebuilt lazily with fresh keys; the change must still wake
+      // orders and mark vertices, whether or not a query rebuilt it meanwhile.
+      AddCandidatesAbove(n, Obtain(n));
+      if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
+      return;
+    }
     TypeIndex& ix = index_[topo_.node(n).type.value];
     uint32_t leaf = topo_.LeafIndex(n);
     if (leaf == UINT32_MAX) return;
@@ -670,7 +680,7 @@ class MarketEngine::Impl {
       s.hold_scheduled = false;
     }
     ClearContest(n);
-    if (params_.decay_beta > 0 && paid_rate > s.base_floor) {
+    if (params_.decay_beta > 0 && paid_rate > 0) {
       StartDecay(n, paid_rate);
       decaying_.push_back(n.value);
     }
@@ -740,9 +750,27 @@ class MarketEngine::Impl {
   // later bound leaves the earlier entry in place: when it fires, the exact
   // check runs and re-arms at the exact crossing. This keeps limit changes
   // (which move the bound a little every time) off the schedule's tree.
+  // The exact first time after now at which the tenant is exhausted, by
+  // exponential then binary search over the exact test; kNever if none.
+  Micros ExactExhaustion(const Tenant& t) const {
+    if (t.nodes.empty()) return kNever;
+    Micros hi = now_ + 1;
+    while (hi < kNever / 2 && !ExhaustedAt(t, hi)) hi = now_ + (hi - now_) * 2;
+    if (hi >= kNever / 2) return kNever;
+    Micros lo = now_;
+    while (hi - lo > 1) {
+      Micros mid = lo + (hi - lo) / 2;
+      (ExhaustedAt(t, mid) ? hi : lo) = mid;
+    }
+    return hi;
+  }
+
   void RescheduleExhaustion(uint32_t tid) {
     Tenant& t = tenants_[tid];
     Micros when = t.exhausted ? kNever : ExhaustLowerBound(t);
+    // Not exhausted now (ReviewExhaustion ran first), so a bound at or before
+    // now says nothing: find the exact instant rather than leave work due now.
+    if (when <= now_) when = ExactExhaustion(t);
     if (when == t.exhaust_sched) return;
     if (when > t.exhaust_sched && t.exhaust_sched != kNever && when != kNever) return;
     ScheduleErase(t.exhaust_sched, kSchedExhaust, tid);
@@ -1545,7 +1573,15 @@ class MarketEngine::Impl {
       NodeState& s = nodes_[i];
       bool active = s.alive && s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX;
       if (active) RefreshNode(NodeId(i));
-      if (active && EffFloor(NodeId(i)) > s.base_floor) {
+      // Keep the decay while it can still matter: until P - decay reaches 0
+      // (the floor below may fall later, DESIGN.md 9b).
+      bool running = false;
+      if (active) {
+        auto [paid, released_at] = decay_state_.at(i);
+        __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - released_at) / kMicrosPerSecond;
+        running = dec < paid;
+      }
+      if (running) {
         decaying_[w++] = i;
       } else if (!s.holder.valid()) {
         StopDecay(NodeId(i));
@@ -1566,6 +1602,7 @@ class MarketEngine::Impl {
     for (; v.valid(); v = V(v).parent) TouchVertex(v);
   }
   void EmitPriceChanges() {
+    EnsureIndex();  // A rebuild marks vertices itself: do it before reading the list.
     if (last_quote_.size() < topo_.vertex_count()) last_quote_.resize(topo_.vertex_count(), kInfPrice);
     std::sort(touched_vertices_.begin(), touched_vertices_.end());
     for (uint32_t v : touched_vertices_) {
@@ -1682,21 +1719,9 @@ class MarketEngine::Impl {
           if (!t.exhausted && ExhaustedAt(t, now_)) {
             MarkExhaustDirty(TenantId(static_cast<uint32_t>(k.id)));
           } else if (!t.exhausted && !t.nodes.empty()) {
-            // The lower bound was early: find the exact crossing by bisection.
-            Micros hi = now_ + 1;
-            while (hi < kNever / 2 && !ExhaustedAt(t, hi)) {
-              Micros step = (hi - now_) * 2;
-              hi = now_ + step;
-            }
-            if (hi < kNever / 2) {
-              Micros lo = now_;
-              while (hi - lo > 1) {
-                Micros mid = lo + (hi - lo) / 2;
-                (ExhaustedAt(t, mid) ? hi : lo) = mid;
-              }
-              t.exhaust_sched = hi;
-              ScheduleAdd(hi, kSchedExhaust, k.id);
-            }
+            // The lower bound was early: arm the exact crossing.
+            t.exhaust_sched = ExactExhaustion(t);
+            ScheduleAdd(t.exhaust_sched, kSchedExhaust, k.id);
           }
           break;
         }
@@ -1809,22 +1834,14 @@ class MarketEngine::Impl {
     if (sv.level == Level::kNode && nodes_[sv.node.value].holder == tid) {
       return FailedPrecondition("scope: the tenant already holds node " + topo_.node(sv.node).name);
     }
-    VertexId eff = spec.scope;
+    LocationId locality_loc;
     if (spec.locality != Locality::kAny) {
       LZ_RETURN_IF_ERROR(CheckNode(spec.rel_to));
       if (nodes_[spec.rel_to.value].holder != tid) {
         return FailedPrecondition("rel_to: the tenant does not hold node " + topo_.node(spec.rel_to).name);
       }
       Level lvl = static_cast<Level>(static_cast<uint8_t>(spec.locality));  // kSameRegion=1 .. kSameRack=4.
-      LocationId loc = topo_.AncestorAt(topo_.node(spec.rel_to).rack, lvl);
-      VertexId lv = topo_.VertexAt(sv.type, loc);
-      if (!lv.valid()) {
-        eff = VertexId();
-      } else if (topo_.VertexContains(spec.scope, lv)) {
-        eff = lv;
-      } else if (!topo_.VertexContains(lv, spec.scope)) {
-        eff = VertexId();
-      }
+      locality_loc = topo_.AncestorAt(topo_.node(spec.rel_to).rack, lvl);
     } else if (spec.rel_to.valid()) {
       return InvalidArgument("rel_to: only allowed with a locality constraint");
     }
@@ -1847,7 +1864,8 @@ class MarketEngine::Impl {
     o.tenant = tid;
     o.spec = spec;
     o.type = sv.type;
-    o.eff_scope = eff;
+    o.locality_loc = locality_loc;
+    o.eff_scope = Narrow(spec.scope, locality_loc);
     o.requested = spec.price;
     o.seq = next_seq_++;
     o.state = OrderState::kResting;
@@ -1864,6 +1882,32 @@ class MarketEngine::Impl {
     bool acted = o.is_gang() ? TryGang(slot) : TrySingle(slot);
     if (!acted) BookInsert(orders_[slot], orders_[slot].is_gang() ? kFlagGang : 0);
     return id;
+  }
+
+  // The vertex of the nodes an order may take: its scope narrowed to the
+  // locality location (DESIGN.md 3b: locality resolves to a location when the
+  // order is placed). Invalid while no node of the scope's type lies there.
+  VertexId Narrow(VertexId scope, LocationId loc) const {
+    if (!loc.valid()) return scope;
+    const topology::Vertex& sv = V(scope);
+    if (sv.level == Level::kNode) return topo_.LocationContains(loc, sv.location) ? scope : VertexId();
+    if (topo_.LocationContains(sv.location, loc)) return topo_.VertexAt(sv.type, loc);
+    if (topo_.LocationContains(loc, sv.location)) return scope;
+    return VertexId();
+  }
+
+  // After nodes are added, orders waiting for their locality vertex may now have one.
+  void ResolveWaitingOrders() {
+    if (unmatchable_.empty()) return;
+    std::vector<uint32_t> waiting;
+    waiting.swap(unmatchable_);
+    for (uint32_t slot : waiting) {
+      Order& o = orders_[slot];
+      if (!o.alive) continue;
+      o.in_book = false;
+      o.eff_scope = Narrow(o.spec.scope, o.locality_loc);
+      BookInsert(o, o.book_flags);
+    }
   }
 
   Result<uint32_t> FindOwnOrder(TenantId tid, OrderId id) const {
@@ -2014,8 +2058,10 @@ Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
     e.node = n;
     m.Emit(e);
     m.RecomputeFloor(n);
+    m.ResolveWaitingOrders();
     // The index is rebuilt lazily; the new node may let resting orders cross.
     m.AddCandidatesAbove(n, m.Obtain(n));
+    if (m.options_.price_events) m.TouchAncestors(m.topo_.node(n).leaf);
     return n;
   });
 }
@@ -2317,6 +2363,7 @@ Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
   v.id = o.id;
   v.tenant = o.tenant;
   v.spec = o.spec;
+  v.spec.price = o.requested;
   v.effective_scope = o.eff_scope;
   v.effective_price = o.effective;
   v.state = o.state;
@@ -2357,7 +2404,8 @@ Result<TenantId> MarketEngine::FindTenant(std::string_view name) const {
 
 Result<Money> MarketEngine::AvailableBalance(TenantId tenant) const {
   LZ_RETURN_IF_ERROR(impl_->CheckTenant(tenant));
-  return impl_->Available(impl_->tenants_[tenant.value], impl_->now_);
+  // Charges beyond the balance are waived when settled, never owed.
+  return std::max<Money>(0, impl_->Available(impl_->tenants_[tenant.value], impl_->now_));
 }
 
 std::span<const LedgerEntry> MarketEngine::ledger() const { return impl_->ledger_; }
