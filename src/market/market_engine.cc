@@ -589,7 +589,9 @@ class MarketEngine::Impl {
     s.carry = carry;
     Micros from = s.acc_since;
     s.acc_since = now_;
-    if (whole == 0) return;
+    // Every interval that accrued something is recorded, even below one
+    // micro-unit, so the carried remainders can be audited from the ledger.
+    if (s.rate == 0) return;
     Money paid = std::min(whole, t.balance);
     Money waived = whole - paid;
     t.balance -= paid;
