@@ -2096,6 +2096,16 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
   return m.Call(t, [&]() -> Status {
     LZ_RETURN_IF_ERROR(ValidateParams(params));
     MarketParams old = m.params_;
+    if (old.decay_beta != params.decay_beta) {
+      // A beta change continues each decay from its current value (DESIGN.md 3b).
+      for (auto& [node, state] : m.decay_state_) {
+        auto& [paid, released_at] = state;
+        __int128 dec = old.decay_beta == 0 ? 0
+                                           : static_cast<__int128>(old.decay_beta) * (m.now_ - released_at) / kMicrosPerSecond;
+        paid = static_cast<Price>(std::max<__int128>(0, paid - dec));
+        released_at = m.now_;
+      }
+    }
     m.params_ = params;
     if (old.grace != params.grace) {
       // Grace costs of every limit and open order change.

@@ -251,3 +251,34 @@ TEST_F(EngineTest, ApplyRunsOperationsAsData) {
 
 }  // namespace
 }  // namespace laissez::market
+
+namespace laissez::market {
+namespace {
+
+TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
+  MarketParams p;
+  p.decay_beta = kMicroUnits / 10;  // 0.1 per second.
+  MarketEngine e(p);
+  NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
+  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n).leaf, 10 * kMicroUnits}).ok());
+  // b's resting demand makes a pay 4/h, the rate the decay starts from.
+  ASSERT_TRUE(e.PlaceOrder(0, b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.CancelOrder(0, b, OrderId(1)).ok());
+  FloorTarget tgt;
+  tgt.node = n;
+  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.Relinquish(0, a, n).ok());
+  ASSERT_TRUE(e.RemovePolicy(0, PolicyId(0)).ok());
+  ASSERT_TRUE(e.Advance(10 * kMicrosPerSecond).ok());
+  EXPECT_EQ(e.GetNode(n)->floor, 3 * kMicroUnits);  // 4 - 0.1 x 10 s.
+  p.decay_beta = kMicroUnits / 5;  // 0.2 per second from now on.
+  ASSERT_TRUE(e.SetParams(10 * kMicrosPerSecond, p).ok());
+  EXPECT_EQ(e.GetNode(n)->floor, 3 * kMicroUnits);  // Continues from 3, no jump.
+  ASSERT_TRUE(e.Advance(15 * kMicrosPerSecond).ok());
+  EXPECT_EQ(e.GetNode(n)->floor, 2 * kMicroUnits);  // 3 - 0.2 x 5 s.
+}
+
+}  // namespace
+}  // namespace laissez::market
