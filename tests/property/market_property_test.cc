@@ -3,7 +3,7 @@
 // force after every operation (tests/support/market_invariants.h), then the
 // same sequence replayed for determinism and with its time advances split.
 //
-// Runs 100 cases by default (a few seconds). For a longer search:
+// Runs 300 cases per property by default (a few seconds). For a longer search:
 //   RC_PARAMS="max_success=2000 max_size=200" ./market_property_test
 // A failure prints the operation log and a reproduction seed; rapidcheck
 // shrinks the sequence first.
@@ -12,6 +12,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -468,23 +470,29 @@ class OpGen {
 };
 
 // The initial cluster, tenants and params as operations at time 0.
-std::vector<Operation> GenSetup(uint32_t* tenants) {
+// Case shapes: kMixed spreads 2-12 nodes of 1-3 types over a small location
+// tree; kContention puts 2-4 nodes of one type in one rack under 3-5 tenants,
+// so that most orders meet a holder (contests, gangs, transfers).
+enum class Profile { kMixed, kContention };
+
+std::vector<Operation> GenSetup(Profile profile, uint32_t* tenants) {
   std::vector<Operation> ops;
-  int ntypes = *rc::gen::inRange(1, 4);
-  int nodes = *rc::gen::inRange(2, 13);
+  bool crowded = profile == Profile::kContention;
+  int ntypes = crowded ? 1 : *rc::gen::inRange(1, 4);
+  int nodes = crowded ? *rc::gen::inRange(2, 5) : *rc::gen::inRange(2, 13);
   for (int i = 0; i < nodes; ++i) {
     topology::NodeInfo info;
     info.name = "n" + std::to_string(i);
     int ty = *rc::gen::inRange(0, ntypes);
     info.type = kTypes[ty];
-    info.region = "r" + std::to_string(*rc::gen::inRange(0, 2));
-    info.zone = info.region + "z" + std::to_string(*rc::gen::inRange(0, 2));
-    info.row = "w" + std::to_string(*rc::gen::inRange(0, 2));
-    info.rack = "k" + std::to_string(*rc::gen::inRange(0, 2));
+    info.region = "r" + std::to_string(crowded ? 0 : *rc::gen::inRange(0, 2));
+    info.zone = info.region + "z" + std::to_string(crowded ? 0 : *rc::gen::inRange(0, 2));
+    info.row = "w" + std::to_string(crowded ? 0 : *rc::gen::inRange(0, 2));
+    info.rack = "k" + std::to_string(crowded ? 0 : *rc::gen::inRange(0, 2));
     info.meta = {8, 640, kPower[ty]};
     ops.push_back(Operation{0, OpAddNode{info}});
   }
-  *tenants = *rc::gen::inRange<uint32_t>(2, 6);
+  *tenants = crowded ? *rc::gen::inRange<uint32_t>(3, 6) : *rc::gen::inRange<uint32_t>(2, 6);
   for (uint32_t i = 0; i < *tenants; ++i) {
     Money balance = *rc::gen::element<Money>(100'000, 1'000'000, 10'000'000, 100'000'000, 10'000'000'000);
     Price max_rate = *rc::gen::weightedElement<Price>({{4, kInfPrice}, {1, 8 * kUnit}});
@@ -570,9 +578,96 @@ std::string CheckPriceEvents(std::map<uint32_t, Price>& last, const std::vector<
   return s.str();
 }
 
-RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, ()) {
+struct RateObservation {
+  Micros time;
+  TenantId tenant;
+  NodeId node;
+  Price pays;
+};
+
+// Per node: the holding the ledger is in the middle of (for the carry).
+struct ChargeCursor {
+  struct Holding {
+    TenantId tenant;
+    Micros last = -1;
+    __int128 carry = 0;
+    bool carry_known = true;
+  };
+  std::map<uint32_t, Holding> by_node;
+  size_t checked = 0;  // Ledger entries already checked.
+};
+
+// `ended` holds (node, tenant, time) of every holding end (kReleased, and
+// kTransferred's previous holder): a holding that ends and a new one of the
+// same tenant that starts at the same instant do not share a carry.
+// `started` likewise holds holding starts (kAllocated, kTransferred): an entry
+// that starts a holding's record elsewhere follows unrecorded zero-amount
+// settlements whose remainder it carries.
+std::string CheckCharges(std::span<const LedgerEntry> ledger, const std::vector<RateObservation>& obs,
+                         const std::set<std::tuple<uint32_t, uint32_t, Micros>>& ended,
+                         const std::set<std::tuple<uint32_t, uint32_t, Micros>>& started, ChargeCursor& cur) {
+  std::ostringstream s;
+  for (; cur.checked < ledger.size(); ++cur.checked) {
+    const LedgerEntry& le = ledger[cur.checked];
+    auto& h = cur.by_node[le.node.value];
+    // The same holding continues unless it ended in between. Settlements that
+    // come to zero micro-units leave no entry but keep their remainder, so
+    // after a gap the carry is only known to be below one micro-unit.
+    bool continues = false;
+    if (h.tenant == le.tenant && h.last >= 0 && h.last <= le.from) {
+      auto it = ended.lower_bound({le.node.value, le.tenant.value, h.last});
+      continues = it == ended.end() || std::make_tuple(le.node.value, le.tenant.value, le.from) < *it;
+    }
+    if (!continues) {
+      h = ChargeCursor::Holding{le.tenant, le.from, 0, started.count({le.node.value, le.tenant.value, le.from}) > 0};
+    }
+    if (h.last != le.from) h.carry_known = false;
+    __int128 due = (h.carry_known ? h.carry : 0) + static_cast<__int128>(le.rate) * (le.time - le.from);
+    __int128 want = due / kMicrosPerHour;
+    h.carry = due % kMicrosPerHour;
+    h.last = le.time;
+    bool ok = le.amount + le.waived == want || (!h.carry_known && le.amount + le.waived == want + 1);
+    if (!ok) {
+      s << "[charge] ledger entry " << cur.checked << " (tenant " << le.tenant.value << ", node " << le.node.value
+        << ", [" << le.from << ", " << le.time << ") at " << le.rate << "): charged " << le.amount << "+"
+        << le.waived << " waived, want " << static_cast<int64_t>(want) << "\n";
+    }
+    for (const auto& o : obs) {
+      if (o.node == le.node && o.tenant == le.tenant && o.time >= le.from && o.time < le.time && o.pays != le.rate) {
+        s << "[charge] ledger entry " << cur.checked << " charges node " << le.node.value << " at rate " << le.rate
+          << " over [" << le.from << ", " << le.time << ") but p(n) was " << o.pays << " at " << o.time << "\n";
+      }
+    }
+  }
+  return s.str();
+}
+
+// 300 cases per property by default (a few seconds); RC_PARAMS overrides.
+// Set before rapidcheck reads its configuration on the first property.
+const bool kDefaultParams = [] {
+  setenv("RC_PARAMS", "max_success=300", /*overwrite=*/0);
+  return true;
+}();
+
+// Coverage of the runs so far, printed once at the end (what the random
+// sequences actually exercised).
+std::map<std::string, int>& Coverage() {
+  static std::map<std::string, int> c;
+  return c;
+}
+class CoverageReport : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::string s = "property coverage (events over all cases, including shrinking):";
+    for (const auto& [k, v] : Coverage()) s += " " + k + "=" + std::to_string(v);
+    std::fprintf(stderr, "%s\n", s.c_str());
+  }
+};
+const auto* const kCoverage = ::testing::AddGlobalTestEnvironment(new CoverageReport);
+
+void CheckRandomSequence(Profile profile) {
   uint32_t tenants = 0;
-  std::vector<Operation> ops = GenSetup(&tenants);
+  std::vector<Operation> ops = GenSetup(profile, &tenants);
   std::vector<ApplyResult> results;
 
   EngineOptions opts;
@@ -587,6 +682,9 @@ RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, 
   std::map<uint32_t, Price> last_price_event;
   std::map<uint64_t, Price> requested;
   bool price_events_checked = true;
+  std::vector<RateObservation> observed_rates;
+  ChargeCursor charge_cursor;
+  std::set<std::tuple<uint32_t, uint32_t, Micros>> holding_ends, holding_starts;
   const size_t setup_ops = ops.size();
   OpGen gen(a, tenants);
 
@@ -678,15 +776,45 @@ RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, 
     ctx.check_available_non_negative = !kAvoidKnownEngineBugs;
     std::string bad = CheckInvariants(a, ctx);
     if (!bad.empty()) fail(bad);
+
+    // Rule 3, exact charging: observe every holding's rate p(n) after each
+    // call; every ledger entry's rate must be the rate observed inside its
+    // interval, and its amount the exact integer division with the carry.
+    // Only the last call at an instant counts: several calls at one time may
+    // each change the rate, and the interval starting then has the final one.
+    std::erase_if(observed_rates, [&](const RateObservation& o) { return o.time == a.now(); });
+    for (uint32_t i = 0; i < a.topology().node_count(); ++i) {
+      auto v = a.GetNode(NodeId(i));
+      if (!v.ok() || !(v->status == NodeStatus::kHeld || v->status == NodeStatus::kContested)) continue;
+      auto q = a.GetEvictionQuote(v->holder, NodeId(i));
+      if (q.ok()) observed_rates.push_back({a.now(), v->holder, NodeId(i), q->pays});
+    }
+    for (const auto& ev : evs) {
+      if (ev.type == EventType::kReleased) holding_ends.insert({ev.node.value, ev.tenant.value, ev.time});
+      if (ev.type == EventType::kTransferred) holding_ends.insert({ev.node.value, ev.other.value, ev.time});
+      if (ev.type == EventType::kTransferred || ev.type == EventType::kAllocated) {
+        holding_starts.insert({ev.node.value, ev.tenant.value, ev.time});
+      }
+    }
+    std::string ch = CheckCharges(a.ledger(), observed_rates, holding_ends, holding_starts, charge_cursor);
+    if (!ch.empty()) fail(ch);
   };
 
   for (const Operation& op : ops) step(op);
-  int n = *rc::gen::inRange(10, 90);
+  int n = *rc::gen::inRange(10, 120);
   for (int i = 0; i < n; ++i) {
     ops.push_back(gen.Next());
     step(ops.back());
   }
-  RC_TAG(a.ledger().size() > 0 ? "charged" : "no-charge");
+  for (const auto& ev : sink_a.events) {
+    std::string name(EventTypeName(ev.type));
+    if (ev.type == EventType::kNotice) name += "(" + ReasonNames(ev.reasons) + ")";
+    ++Coverage()[name];
+  }
+  for (const auto& r : results) {
+    if (!r.status.ok()) ++Coverage()[std::string("rejected:") + std::string(StatusCodeName(r.status.code()))];
+  }
+  ++Coverage()["cases"];
 
   // Determinism: the same log gives the same events, call by call, and the
   // same state. The replay runs without the checker's queries in between; the
@@ -771,6 +899,14 @@ RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, 
               Snapshot(c, gen.order_bound()) + "log:\n" + LogText(ops, results) + "splits:\n" + ins);
     }
   }
+}
+
+RC_GTEST_PROP(MarketProperty, InvariantsHoldAfterEveryOperationAndReplaysMatch, ()) {
+  CheckRandomSequence(Profile::kMixed);
+}
+
+RC_GTEST_PROP(MarketProperty, InvariantsHoldUnderHeavyContention, ()) {
+  CheckRandomSequence(Profile::kContention);
 }
 
 }  // namespace

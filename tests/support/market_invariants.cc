@@ -99,6 +99,7 @@ class Checker {
 
   std::string Run(InvariantContext& ctx) {
     if (!Load()) return out_.str();
+    check_available_ = ctx.check_available_non_negative;
     if (ctx.requested != nullptr) {
       for (auto& [id, o] : w_.orders) {
         auto it = ctx.requested->find(id);
@@ -401,6 +402,7 @@ class Checker {
       __int128 committed = 0;
       __int128 need = 0;  // Nodes at full limit for one grace period (§3b exhaustion).
       bool all_noticed = true;
+      size_t priced_orders = 0;  // A zero-price order commits nothing, so no budget test stops it (§3b).
       for (NodeId n : t.nodes) {
         auto it = w_.nodes.find(n.value);
         if (it == w_.nodes.end()) continue;
@@ -413,6 +415,7 @@ class Checker {
         auto it = w_.orders.find(id.value);
         if (it == w_.orders.end()) continue;
         committed += static_cast<__int128>(it->second.spec.price) * (it->second.spec.count - it->second.filled);
+        if (it->second.spec.price > 0) ++priced_orders;
       }
       if (committed != static_cast<__int128>(t.committed_rate)) {
         Fail("committed") << "tenant " << t.id.value << " committed_rate " << P(t.committed_rate) << ", brute force "
@@ -427,16 +430,16 @@ class Checker {
       if (!avail.ok()) {
         Fail("query") << "AvailableBalance(" << t.id.value << "): " << avail.status().ToString() << "\n";
       } else {
-        if (*avail < 0) Fail("balance>=0") << "tenant " << t.id.value << " available balance " << *avail << "\n";
+        if (*avail < 0 && check_available_) Fail("balance>=0") << "tenant " << t.id.value << " available balance " << *avail << "\n";
         if (*avail > t.balance) Fail("balance") << "tenant " << t.id.value << " available " << *avail << " > balance " << t.balance << "\n";
         unsettled_by_tenants_ += t.balance - *avail;
         // Rule 7 / §3b: once the balance no longer covers the nodes at full
         // limit for one grace period, the tenant is exhausted: no open orders,
         // and every node it holds has a notice.
-        if (!t.nodes.empty() && static_cast<__int128>(*avail) <= need && (!t.orders.empty() || !all_noticed)) {
+        if (!t.nodes.empty() && static_cast<__int128>(*avail) <= need && (priced_orders > 0 || !all_noticed)) {
           Fail("exhaustion") << "tenant " << t.id.value << " available " << *avail << " <= "
                              << static_cast<int64_t>(need) << " (nodes at limit for one grace) but has "
-                             << t.orders.size() << " open orders and " << (all_noticed ? "all" : "not all")
+                             << priced_orders << " open orders with a price and " << (all_noticed ? "all" : "not all")
                              << " nodes noticed\n";
         }
       }
@@ -560,6 +563,7 @@ class Checker {
   std::ostringstream out_;
   std::map<uint32_t, Price> pays_;
   Money unsettled_by_tenants_ = 0;
+  bool check_available_ = true;
 };
 
 }  // namespace

@@ -33,6 +33,10 @@ struct InvariantContext {
   // the engine does not update on UpdateOrder
   // (Regression_OrderViewSpecPriceStaleAfterUpdate). May be null.
   const std::map<uint64_t, Price>* requested = nullptr;
+  // Whether AvailableBalance must not go negative. The engine lets it fall
+  // below zero when charges outrun a balance that settlement would waive
+  // (Regression_AvailableBalanceNegativeWhenChargesOutrunBalance).
+  bool check_available_non_negative = true;
 };
 
 // Returns an empty string when every invariant holds, else one line per
