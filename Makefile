@@ -36,5 +36,10 @@ bench: build
 reliability: build
 	bash tests/reliability/crash_recovery.sh --points 100 --build $(BUILD)
 
+# libFuzzer over request decoding and validation (clang++), bounded in time.
+FUZZ_SECONDS ?= 60
+fuzz: build
+	bash tests/fuzz/run.sh $(BUILD) $(FUZZ_SECONDS)
+
 clean:
 	rm -rf build build-asan

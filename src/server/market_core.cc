@@ -67,6 +67,11 @@ void Subscription::Push(const WireEvent& e) {
     w.other.clear();
     if (w.event.other != tenant_) w.event.other = TenantId();
     if (w.event.tenant != tenant_) w.event.tenant = TenantId();
+    // A notice names the challenger's order; a transfer away names the new
+    // holder's. Order ids of other tenants never reach a tenant.
+    bool own_order = w.event.tenant == tenant_ && w.event.type != market::EventType::kNotice &&
+                     w.event.type != market::EventType::kContestEnded;
+    if (!own_order) w.event.order = OrderId();
   }
   cv_.notify_one();
 }
@@ -255,8 +260,7 @@ void MarketCore::RunBatch(std::vector<Command>& cmds) {
   pending_ = std::make_unique<Pending>();
   // Time advances once per batch (if the clock moved enough or something is
   // due); the commands then apply at that time.
-  auto idle = std::chrono::steady_clock::now() - last_advance_ >= options_.idle_tick;
-  MaybeAdvance(/*force=*/idle);
+  MaybeAdvance(/*force=*/false);
   for (Command& c : cmds) {
     WriterContext ctx(this, &c.actor);
     c.work(ctx);
@@ -306,7 +310,9 @@ void MarketCore::WriterLoop() {
     if (cmds.empty()) {
       // Timer wake-up: apply what fell due (deadlines, floors) even with no traffic.
       pending_ = std::make_unique<Pending>();
-      bool advanced = MaybeAdvance(/*force=*/true);
+      bool due = engine_->NextEventTime() <= options_.clock() ||
+                 std::chrono::steady_clock::now() - last_advance_ >= options_.idle_advance;
+      bool advanced = due && MaybeAdvance(/*force=*/true);
       if (!advanced) {
         pending_.reset();
         continue;

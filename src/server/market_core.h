@@ -105,7 +105,11 @@ class WriterContext;
 
 struct CoreOptions {
   Clock clock;                                         // Default: WallClockMicros.
-  std::chrono::milliseconds idle_tick{1000};           // Advance at least this often.
+  std::chrono::milliseconds idle_tick{1000};           // Wake at least this often when idle.
+  // When idle, journal a time advance only if something fell due or this much
+  // time passed since the last one (an idle market needs no advance: charges
+  // accrue by time and settle when rates change).
+  std::chrono::milliseconds idle_advance{60000};
   Micros min_advance = 1000;                           // Skip advances smaller than this while busy.
   size_t max_batch = 4096;                             // Commands per writer batch.
   size_t max_uncommitted = 65536;                      // Journal records the writer may run ahead.

@@ -252,6 +252,8 @@ TEST_F(ServerFixture, TenantFlowEndToEnd) {
   EXPECT_GT(notice.deadline(), notice.time());
   EXPECT_NE(notice.reasons().find("outbid"), std::string::npos);
   EXPECT_TRUE(notice.tenant().empty());
+  EXPECT_EQ(notice.order(), 0u) << "the challenger's order id leaked";
+  EXPECT_EQ(notice.other_id(), UINT32_MAX);
   EXPECT_TRUE(notice.other().empty());
 
   // a relinquishes early: the node moves to b at once.
