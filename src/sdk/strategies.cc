@@ -84,6 +84,13 @@ std::optional<laissez::Price> LocalityAware::Price(const NodeSpec& spec, const O
   return Scale(*p, kPpm + bonus_ppm_);
 }
 
+std::optional<laissez::Price> GangAware::Price(const NodeSpec& spec, const OrderBookView& book) {
+  std::optional<laissez::Price> p = inner_->Price(spec, book);
+  if (!p || !spec.held.valid() || book.request_count() <= 1) return p;
+  __int128 v = static_cast<__int128>(*p) * book.request_count();
+  return v >= kInfPrice ? kInfPrice : static_cast<laissez::Price>(v);
+}
+
 MigrationAware::MigrationAware(std::unique_ptr<PricingStrategy> inner, Params params)
     : inner_(std::move(inner)), p_(std::move(params)) {}
 

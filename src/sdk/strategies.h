@@ -116,6 +116,18 @@ class LocalityAware final : public PricingStrategy {
   Ppm bonus_ppm_;
 };
 
+// A node of a gang is worth the whole gang to its holder: losing any one node
+// stops all of them. Held nodes' limits are the inner answer x the request's
+// node count; bids for missing nodes are unchanged (per node).
+class GangAware final : public PricingStrategy {
+ public:
+  explicit GangAware(std::unique_ptr<PricingStrategy> inner) : inner_(std::move(inner)) {}
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+
+ private:
+  std::unique_ptr<PricingStrategy> inner_;
+};
+
 // Checkpoint-aware migration. Moving costs the reconfiguration overhead (save,
 // restore, load, warm-up) plus the work done since the last checkpoint; the
 // holder defends a node by that cost spread over `amortization`:

@@ -94,6 +94,16 @@ TEST_F(StrategiesTest, MigrationAwareDefendsHeldNodesByTheCostOfMoving) {
   EXPECT_EQ(m.Price(Spec(), View()), 10 * kUnit);
 }
 
+TEST_F(StrategiesTest, GangAwareValuesAHeldGangNodeAtTheWholeGang) {
+  GangAware g(std::make_unique<FixedValue>(3 * kUnit));
+  NodeSpec held = Spec();
+  held.held = NodeId(1);
+  EXPECT_EQ(g.Price(held, OrderBookView(&client_, VertexId(1), NodeId(1), 0, 4, 4)), 12 * kUnit);
+  // Wanted nodes and single-node requests keep the per-node price.
+  EXPECT_EQ(g.Price(Spec(), OrderBookView(&client_, VertexId(1), NodeId(), 0, 0, 4)), 3 * kUnit);
+  EXPECT_EQ(g.Price(held, OrderBookView(&client_, VertexId(1), NodeId(1), 0, 1, 1)), 3 * kUnit);
+}
+
 TEST_F(StrategiesTest, OnDemandAndSpotLikeAreFlat) {
   auto od = OnDemandLike(40 * kUnit);
   auto spot = SpotLike(2 * kUnit);

@@ -55,11 +55,10 @@ class BaselineSim final : public OnlineSim {
     return out;
   }
 
-  double Priority(uint32_t job, int type) const {
-    const Job& j = world_.jobs[job];
-    if (policy_ == BaselinePolicy::kSpot) return static_cast<double>(j.value) * j.speed[static_cast<size_t>(type)];
-    return static_cast<double>(j.value);
-  }
+  // Preemption order: the job's value per node-hour (for spot, its launch-time
+  // maximum price is its value). One number per job, not per type, so chains
+  // of reclaims always end (no cycles of jobs displacing each other).
+  double Priority(uint32_t job, int /*type*/) const { return static_cast<double>(world_.jobs[job].value); }
 
   void Take(uint32_t job, int type, uint32_t count) {
     auto& pool = free_[static_cast<size_t>(type)];
@@ -120,8 +119,13 @@ class BaselineSim final : public OnlineSim {
             return true;
           }
         }
-        for (int t : ranked)
+        for (int t : ranked) {
           if (TryReclaim(e, t)) return false;
+          if (free_[static_cast<size_t>(t)].size() >= e.count) {  // Freed at once.
+            Take(e.job, t, e.count);
+            return true;
+          }
+        }
         return false;
       }
       for (int t : ranked) {
@@ -193,6 +197,7 @@ class BaselineSim final : public OnlineSim {
       avail += IsBatch(vj) ? runs_[vj].nodes.size() : 1;
     }
     if (avail < e.count) return false;
+    bool freed_now = false;
     for (auto& [vj, n] : chosen) {
       const uint32_t freed = IsBatch(vj) ? static_cast<uint32_t>(runs_[vj].nodes.size()) : 1;
       incoming_[e.job] += freed;
@@ -204,7 +209,8 @@ class BaselineSim final : public OnlineSim {
       uint64_t tag = (static_cast<uint64_t>(e.job) << 32) | (IsBatch(vj) ? 0 : static_cast<uint64_t>(n) + 1);
       SetTimer(now() + kSpotNotice, vj, tag);
     }
-    return true;
+    // Nodes freed at once: the caller's next pass can launch on them.
+    return !freed_now;
   }
 
   void OnTimer(uint32_t job, uint64_t tag) override {

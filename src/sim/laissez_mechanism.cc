@@ -61,7 +61,9 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
       events.swap(pending_);
       for (const market::Event& e : events) {
         ++result_.metrics.engine_events;
-        if (debug_node_ >= 0 && e.node.value == static_cast<uint32_t>(debug_node_))
+        if ((debug_node_ >= 0 && e.node.value == static_cast<uint32_t>(debug_node_)) ||
+            (debug_tenant_ >= 0 && (e.tenant.value == static_cast<uint32_t>(debug_tenant_) ||
+                                    e.other.value == static_cast<uint32_t>(debug_tenant_))))
           std::fprintf(stderr, "t=%lld %s node=%u tenant=%u other=%u order=%llu reasons=%u\n", (long long)e.time,
                        std::string(market::EventTypeName(e.type)).c_str(), e.node.value, e.tenant.value, e.other.value,
                        (unsigned long long)e.order.value, e.reasons);
@@ -151,6 +153,8 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
       p.remaining = [this, job] { return static_cast<Micros>(std::max(0.0, Remaining(job)) * kMicrosPerHour); };
       s = std::make_unique<sdk::DeadlineUrgency>(std::move(s), std::move(p));
     }
+    // A gang stops when it loses any node: each held node is worth the whole gang.
+    if (j.kind != JobKind::kInference && j.nodes > 1) s = std::make_unique<sdk::GangAware>(std::move(s));
     if (world_.migration_aware) {
       sdk::MigrationAware::Params p;
       // The tenant's own estimate of one move's overhead (fig15 misestimates it).
@@ -320,6 +324,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   std::vector<uint32_t> active_;
   std::vector<VertexId> type_root_;
   std::vector<market::Event> pending_;
+  int debug_tenant_ = std::getenv("LAISSEZ_DEBUG_TENANT") ? std::atoi(std::getenv("LAISSEZ_DEBUG_TENANT")) : -1;
   int debug_node_ = std::getenv("LAISSEZ_DEBUG_NODE") ? std::atoi(std::getenv("LAISSEZ_DEBUG_NODE")) : -1;
 };
 

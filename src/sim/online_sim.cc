@@ -217,7 +217,9 @@ void OnlineSim::Notice(uint32_t job, uint32_t node, Micros deadline) {
   } else if (r.phase == Phase::kSaving) {
     plan = r.yield_at;
   } else {
-    plan = now_;  // Not running: nothing to lose.
+    // Not running: no work to lose, and no reason to leave before the
+    // deadline (the contest may still end in our favour, e.g. a gang drops).
+    return;
   }
   if (plan < 0) return;  // Loses the uncommitted work at the deadline.
   if (r.yield_at >= 0 && r.yield_at <= plan) return;
@@ -246,6 +248,13 @@ void OnlineSim::Tick() {
     AccrueInference(j);
     double target = 0;
     for (Micros t = now_; t <= now_ + lookahead; t += kMinute) target = std::max(target, InferenceNeed(j, t));
+    // Scale down only after a stabilization window (like Kubernetes' HPA
+    // default of 5 minutes): the fleet follows the highest recent target.
+    auto& recent = runs_[j].recent_targets;
+    recent.push_back(target);
+    const size_t window = static_cast<size_t>(std::max<Micros>(1, 5 * kMinute / world_.tick));
+    if (recent.size() > window) recent.erase(recent.begin());
+    for (double x : recent) target = std::max(target, x);
     OnAutoscale(j, target * world_.autoscale_headroom);
   }
   if (options_.sample_power) {

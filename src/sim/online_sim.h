@@ -57,6 +57,7 @@ class OnlineSim {
     std::vector<Micros> ready_at;  // Parallel to `nodes`.
     double served = 0, needed = 0;
     Micros acc_at = 0;
+    std::vector<double> recent_targets;  // Autoscaler targets of the last minutes (scale-down window).
     double capacity = 0;  // Sum of speeds of ready nodes.
     // Accounting of held node time at list/spot price (baselines).
     std::vector<Micros> held_since;  // Parallel to `nodes`.
@@ -97,6 +98,10 @@ class OnlineSim {
   void SetTimer(Micros t, uint32_t job, uint64_t tag) { Push(t, Ev::kTimer, job, tag); }
   // Cancels a planned stop (the contest ended in the holder's favour).
   void CancelYield(uint32_t job);
+  // Making progress (or saving) now: a loss would cost work.
+  bool IsRunning(uint32_t job) const {
+    return runs_[job].phase == Phase::kRunning || runs_[job].phase == Phase::kSaving;
+  }
   bool IsBatch(uint32_t job) const { return world_.jobs[job].kind != JobKind::kInference; }
   double WorkDone(uint32_t job) const;
   double Uncommitted(uint32_t job) const;
