@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -93,6 +92,10 @@ class BookTable {
     uint32_t i = index_[v];
     return i == kNone ? kEmpty : pool_[i];
   }
+  // The highest price of any entry at v, -1 if none: lets walks over a node's
+  // ancestors skip books without touching them.
+  Price top(uint32_t v) const { return v < top_.size() ? top_[v] : -1; }
+  // A reference valid until the next Mutable call; call Retop(v) after changing it.
   std::vector<BookEntry>& Mutable(uint32_t v) {
     if (index_[v] == kNone) {
       index_[v] = static_cast<uint32_t>(pool_.size());
@@ -100,18 +103,28 @@ class BookTable {
     }
     return pool_[index_[v]];
   }
+  void Retop(uint32_t v) {
+    if (top_.size() < index_.size()) top_.resize(index_.size(), -1);
+    const auto& b = (*this)[v];
+    top_[v] = b.empty() ? -1 : b.front().price;
+  }
   size_t total_entries() const {
     size_t n = 0;
     for (const auto& b : pool_) n += b.size();
     return n;
   }
-  void ShrinkToFit() { index_.shrink_to_fit(); }
+  void ShrinkToFit() {
+    index_.shrink_to_fit();
+    top_.resize(index_.size(), -1);
+    top_.shrink_to_fit();
+  }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   static inline const std::vector<BookEntry> kEmpty{};
   std::vector<uint32_t> index_;
-  std::deque<std::vector<BookEntry>> pool_;  // Stable references across growth.
+  std::vector<Price> top_;
+  std::vector<std::vector<BookEntry>> pool_;
 };
 
 struct NodeState {
@@ -409,6 +422,7 @@ class MarketEngine::Impl {
   void AddCandidatesAbove(NodeId n, Price price) {
     if (price == kInfPrice) return;
     for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+      if (books_.top(v.value) < price) continue;
       for (const BookEntry& e : books_[v.value]) {
         if (e.price < price) break;
         candidates_.emplace(-e.price, e.seq, e.slot);
@@ -506,6 +520,7 @@ class MarketEngine::Impl {
     Summary before = Summarize(b);
     BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, flags};
     b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+    books_.Retop(o.eff_scope.value);
     o.in_book = true;
     AfterBookChange(o.eff_scope, before);
     candidates_.emplace(-o.effective, o.seq, SlotOf(o));
@@ -522,6 +537,7 @@ class MarketEngine::Impl {
     auto& b = books_.Mutable(o.eff_scope.value);
     Summary before = Summarize(b);
     b.erase(FindEntry(b, o));
+    books_.Retop(o.eff_scope.value);
     AfterBookChange(o.eff_scope, before);
   }
 
@@ -557,6 +573,7 @@ class MarketEngine::Impl {
     const NodeState& s = nodes_[n.value];
     Price c = ChallengerPrice(s);
     for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+      if (books_.top(v.value) <= c) continue;
       for (const BookEntry& e : books_[v.value]) {
         if (e.price <= c) break;
         if (e.flags || e.tenant == s.holder.value) continue;
@@ -728,7 +745,9 @@ class MarketEngine::Impl {
   // True if the available balance at `at` is <= `need`. O(1) unless the
   // bound is too close to call, then exact over the tenant's holdings.
   bool AvailableAtMost(const Tenant& t, Micros at, __int128 need) const {
-    if (static_cast<__int128>(t.balance) - AccruedUpperBound(t, at) > need) return false;
+    // balance - floor(A / kH) > need  <=  (balance - need) x kH > A: no division.
+    __int128 a = t.carry_sum + t.rate_sum * at - t.rate_time_sum;
+    if ((static_cast<__int128>(t.balance) - need) * kH > a) return false;
     return static_cast<__int128>(Available(t, at)) <= need;
   }
 
@@ -769,6 +788,13 @@ class MarketEngine::Impl {
 
   void RescheduleExhaustion(uint32_t tid) {
     Tenant& t = tenants_[tid];
+    if (!t.exhausted && t.exhaust_sched != kNever && t.exhaust_sched > now_ && !t.nodes.empty()) {
+      // The armed check still comes no later than the new bound if the bound's
+      // condition does not hold yet at the armed time: keep it (no division).
+      __int128 target = (static_cast<__int128>(t.balance) - t.need) * kH;
+      __int128 a = t.carry_sum + t.rate_sum * t.exhaust_sched - t.rate_time_sum;
+      if (a < target) return;
+    }
     Micros when = t.exhausted ? kNever : ExhaustLowerBound(t);
     // Not exhausted now (ReviewExhaustion ran first), so a bound at or before
     // now says nothing: find the exact instant rather than leave work due now.
