@@ -490,9 +490,8 @@ class Reader {
   }
   Status Target(market::FloorTarget* t) const {
     LZ_RETURN_IF_ERROR(Location(kLocation, &t->location, false));
-    LZ_RETURN_IF_ERROR(Node(kNode, &t->node, false));
-    if (!t->location.valid() && !t->node.valid()) return InvalidArgument("location: a location or a node is required");
-    return Status::Ok();
+    // Neither is the engine's to reject (as it did live): the log stays lossless.
+    return Node(kNode, &t->node, false);
   }
 
   const Fields& fields() const { return f_; }

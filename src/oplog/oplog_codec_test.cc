@@ -33,6 +33,7 @@ std::vector<Operation> EveryOperation() {
   add(7, OpAddPolicy{CarbonSpec{LocationId(1), 80'000'000, {{0, 300}, {3'600'000'000, 120}}}});
   add(8, OpAddPolicy{MaintenanceSpec{FloorTarget{LocationId(5), NodeId()}, 10'000'000, 20'000'000}});
   add(9, OpAddPolicy{MaintenanceSpec{FloorTarget{LocationId(), NodeId(2)}, 10'000'000, kNever}});
+  add(9, OpAddPolicy{StaticFloorSpec{FloorTarget{}, 5}});  // No target: the engine rejects it, the log keeps it.
   add(10, OpRemovePolicy{PolicyId(2)});
   add(11, OpCreateTenant{"acme", 100'000'000, kInfPrice});
   add(12, OpCreateTenant{"b\u00e9ta", 0, 5'000'000});
@@ -302,7 +303,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{OP_PREFIX R"("op":"set_params","grace":1,"hysteresis_ppm":0,"tick":1,"clip_alpha_ppm":0,"clip_interval":0,"decay_beta":0})",
                 "min_hold", "required"},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"vibes","location":1})", "kind", "not a policy kind"},
-        BadLine{OP_PREFIX R"("op":"add_policy","kind":"static_floor","price":1})", "location", "location or a node"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"static_floor","location":1})", "price", "required"},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"static_floor","location":1,"price":1,"cap_w":3})", "cap_w",
                 "not a field of add_policy static_floor"},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"power_cap","location":1,"cap_w":5})", "steps", "required"},

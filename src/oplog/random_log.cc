@@ -87,9 +87,16 @@ class Driver {
     return NodeId();
   }
 
-  VertexId RandVertex() {
+  // A vertex with live nodes below: a live node's leaf or one of its ancestors.
+  // `inner` asks for a type root, region or zone (gangs need room).
+  VertexId RandScope(bool inner) {
     const auto& topo = e_.topology();
-    return VertexId(static_cast<uint32_t>(U(topo.vertex_count())));
+    NodeId n = RandLiveNode();
+    if (!n.valid()) return VertexId(static_cast<uint32_t>(U(topo.vertex_count() + 1)));
+    std::vector<VertexId> up;
+    topo.AncestorsOf(topo.node(n).leaf, &up);  // Deepest first: leaf, rack, row, zone, region, root.
+    if (inner && up.size() >= 3) return up[up.size() - 1 - U(3)];
+    return up[U(up.size())];
   }
 
   // A held node and its holder, if any.
@@ -125,10 +132,21 @@ class Driver {
 
   void PlaceOrder() {
     TenantId t = RandTenant();
+    // Tenants keep a handful of orders open, as real ones do; one with many
+    // re-prices or withdraws instead (else budgets reject most calls).
+    auto tv = e_.GetTenant(t);
+    if (tv.ok() && tv->orders.size() >= 6) {
+      auto o = e_.GetOrder(tv->orders[U(tv->orders.size())]);
+      if (o.ok()) {
+        if (P(0.5)) return Do(OpCancelOrder{t, o->id});
+        return Do(OpUpdateOrder{t, o->id, RandPrice()});
+      }
+    }
     OrderSpec spec;
     spec.price = RandPrice();
-    spec.scope = RandVertex();
-    if (P(0.12)) spec.count = static_cast<uint32_t>(2 + U(2));
+    bool gang = P(0.12);
+    spec.scope = RandScope(gang);
+    if (gang) spec.count = static_cast<uint32_t>(2 + U(2));
     if (P(0.15)) {
       auto v = e_.GetTenant(t);
       if (v.ok() && !v->nodes.empty()) {
@@ -152,7 +170,9 @@ class Driver {
       Micros next = e_.NextEventTime();
       t_ = (next != kNever && next > t_) ? next : t_ + static_cast<Micros>(U(200'000'000));
     }
-    uint64_t r = U(1000);
+    if (o_.operator_ops && U(1000) < static_cast<uint64_t>(o_.operator_permille)) return OperatorStep(860 + U(120));
+    if (o_.bad_calls && U(1000) < static_cast<uint64_t>(o_.bad_permille)) return BadCall();
+    uint64_t r = U(860);
     if (r < 100) {
       Do(OpAdvance{});
     } else if (r < 360) {
@@ -181,19 +201,15 @@ class Driver {
       Do(OpRelinquish{h, n});
     } else if (r < 840) {
       Do(OpDeposit{RandTenant(), static_cast<Money>(1 + U(200)) * kMicroUnits});
-    } else if (r < 860) {
-      Do(OpSetMaxRate{RandTenant(), P(0.5) ? kInfPrice : static_cast<Price>(10 + U(80)) * kMicroUnits});
-    } else if (r < 980 && o_.operator_ops) {
-      OperatorStep(r);
-    } else if (o_.bad_calls) {
-      BadCall();
     } else {
-      Do(OpAdvance{});
+      Do(OpSetMaxRate{RandTenant(), P(0.5) ? kInfPrice : static_cast<Price>(10 + U(80)) * kMicroUnits});
     }
   }
 
   void OperatorStep(uint64_t r) {
     const auto& topo = e_.topology();
+    // An operator keeps a bounded set of policies: past a dozen, retire one.
+    if (r < 915 && live_policies_.size() >= 12) r = 930;
     if (r < 880) {
       FloorTarget target;
       if (P(0.3)) target.node = RandLiveNode();
@@ -226,19 +242,27 @@ class Driver {
                   {t_ + 1800 * kMicrosPerSecond, static_cast<int64_t>(U(500))}};
       Do(OpAddPolicy{s});
     } else if (r < 940) {
-      Do(OpRemovePolicy{PolicyId(static_cast<uint32_t>(U(policies_guess_ + 1)))});
+      if (live_policies_.empty() || P(0.1)) {
+        Do(OpRemovePolicy{PolicyId(static_cast<uint32_t>(U(policies_guess_ + 2)))});  // Maybe unknown.
+      } else {
+        size_t i = U(live_policies_.size());
+        Do(OpRemovePolicy{live_policies_[i]});
+        live_policies_.erase(live_policies_.begin() + static_cast<std::ptrdiff_t>(i));
+      }
     } else if (r < 950) {
       Do(OpSetParams{RandParams()});
     } else if (r < 965) {
       if (!o_.late_add_node) return Do(OpAdvance{});
       AddNode(next_node_name_++);
     } else {
+      // Keep at least half the cluster so long runs stay interesting.
       NodeId n = RandLiveNode();
-      if (!n.valid()) return Do(OpAdvance{});
+      if (!n.valid() || 2 * topo.live_node_count() <= static_cast<size_t>(o_.nodes)) return Do(OpAdvance{});
       Do(OpRemoveNode{n});
     }
     if (!log_.empty() && std::holds_alternative<OpAddPolicy>(log_.back().op.body) && log_.back().created_id != kNoId) {
       policies_guess_ = std::max<uint64_t>(policies_guess_, log_.back().created_id + 1);
+      live_policies_.push_back(PolicyId(static_cast<uint32_t>(log_.back().created_id)));
     }
   }
 
@@ -253,7 +277,8 @@ class Driver {
         break;
       }
       case 3: Do(OpSetLimit{RandTenant(), RandLiveNode(), RandPrice()}); break;
-      case 4: Do(OpPlaceOrder{RandTenant(), OrderSpec{VertexId(999'999), RandPrice(), 1, Locality::kAny, NodeId()}}); break;
+      case 4: Do(OpPlaceOrder{RandTenant(), OrderSpec{VertexId(999'999), RandPrice(), 1, Locality::kAny, NodeId()}});
+        break;
       default: {
         // A call in the past: rejected with OUT_OF_RANGE, no time change.
         Operation op{t_ > 0 ? t_ - 1 : 0, OpAdvance{}};
@@ -269,6 +294,7 @@ class Driver {
   Micros t_ = 0;
   int next_node_name_ = 0;
   uint64_t policies_guess_ = 0;
+  std::vector<PolicyId> live_policies_;
   std::vector<LogRecord> log_;
 };
 

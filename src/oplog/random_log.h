@@ -28,6 +28,11 @@ struct RandomLogOptions {
   bool late_add_node = false;
   // Include calls that the engine must reject (unknown ids, other tenants' orders).
   bool bad_calls = true;
+  // Shares of operator calls and of bad calls, per mille of all calls. Tests
+  // use many operator calls to cover them; a realistic market (the replay
+  // benchmark) has few: floors and maintenance change rarely, bids often.
+  int operator_permille = 120;
+  int bad_permille = 20;
 };
 
 // Calls `engine` (which should be fresh) and returns the calls as log records.
