@@ -1,4 +1,1290 @@
+// The control plane's commands: `serve`; tenant commands (bid, update, cancel,
+// retain, release, quote, eviction-quote, watch, balance, orders, holdings,
+// ledger); operator commands (nodes add/drain/remove/list, floor set/remove,
+// powercap set, volatility set/show, audit); admin commands (tenant create /
+// deposit, token issue/revoke); `agent`; `bench server`; `demo live`.
+//
+// Client commands talk to a server over gRPC: `--server HOST:PORT` (or
+// $LAISSEZ_SERVER), `--token-file FILE` (or $LAISSEZ_TOKEN_FILE). Prices and
+// money are decimal units on the command line ("12.5" = 12.5 per hour) and
+// exact micro-units in `--json` output.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/money.h"
+#include "laissez/v1/market.grpc.pb.h"
+#include "server/agent.h"
+#include "server/grpc_client.h"
+#include "server/live_demo.h"
+#include "server/server.h"
+#ifdef LAISSEZ_HAVE_DASHBOARD
+#include "server/dashboard/dashboard.h"  // The dashboard on --http (docs/DASHBOARD.md).
+#endif
 #include "tools/commands.h"
+#include "topology/cluster_yaml.h"
+
 namespace laissez::cli {
-void RegisterServerCommands(CLI::App&, int*) {}
+
+namespace {
+namespace pb = ::laissez::v1;
+namespace gp = ::google::protobuf;
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// Output: one JSON document with --json (int64 as numbers, micro-units), or
+// human text with money in units and times in ISO-8601.
+
+bool IsMoneyField(const std::string& n) {
+  static const char* kNames[] = {"price", "effective_price", "limit", "quote", "competing", "floor", "obtain",
+                                 "pays", "balance", "available", "max_rate", "committed_rate", "spend_rate",
+                                 "paid", "waived", "amount", "rate", "deposited", "tenant_balances",
+                                 "operator_revenue", "unsettled"};
+  return std::find(std::begin(kNames), std::end(kNames), n) != std::end(kNames);
 }
+bool IsTimeField(const std::string& n) {
+  return n == "time" || n == "from" || n == "deadline" || n == "held_since" || n == "now";
+}
+
+std::string FormatTime(int64_t us) {
+  if (us <= 0 || us == INT64_MAX) return us == INT64_MAX ? "never" : "-";
+  std::time_t s = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[64];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>((us / 1000) % 1000));
+  return out;
+}
+
+json FieldJson(const gp::Message& m, const gp::FieldDescriptor* f, int index);
+
+json ToJson(const gp::Message& m) {
+  json out = json::object();
+  const gp::Descriptor* d = m.GetDescriptor();
+  const gp::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const gp::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) {
+      json arr = json::array();
+      for (int j = 0; j < r->FieldSize(m, f); ++j) arr.push_back(FieldJson(m, f, j));
+      out[f->name()] = arr;
+    } else {
+      out[f->name()] = FieldJson(m, f, -1);
+    }
+  }
+  return out;
+}
+
+json FieldJson(const gp::Message& m, const gp::FieldDescriptor* f, int i) {
+  const gp::Reflection* r = m.GetReflection();
+  bool rep = i >= 0;
+  switch (f->cpp_type()) {
+    case gp::FieldDescriptor::CPPTYPE_INT32: return rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f);
+    case gp::FieldDescriptor::CPPTYPE_INT64: return rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f);
+    case gp::FieldDescriptor::CPPTYPE_UINT32: return rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f);
+    case gp::FieldDescriptor::CPPTYPE_UINT64: return rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f);
+    case gp::FieldDescriptor::CPPTYPE_BOOL: return rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f);
+    case gp::FieldDescriptor::CPPTYPE_STRING: return rep ? r->GetRepeatedString(m, f, i) : r->GetString(m, f);
+    case gp::FieldDescriptor::CPPTYPE_ENUM:
+      return std::string(rep ? r->GetRepeatedEnum(m, f, i)->name() : r->GetEnum(m, f)->name());
+    case gp::FieldDescriptor::CPPTYPE_MESSAGE:
+      return ToJson(rep ? r->GetRepeatedMessage(m, f, i) : r->GetMessage(m, f));
+    default: return nullptr;
+  }
+}
+
+std::string Human(const std::string& name, const json& v) {
+  if (v.is_number_integer()) {
+    int64_t x = v.get<int64_t>();
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return v.dump();
+    if (IsMoneyField(name)) return FormatMoney(x);
+    if (IsTimeField(name)) return FormatTime(x);
+    if (x == UINT32_MAX && name.size() > 3 && name.substr(name.size() - 3) == "_id") return "-";
+    return std::to_string(x);
+  }
+  if (v.is_string()) return v.get<std::string>().empty() ? "-" : v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  return v.dump();
+}
+
+void PrintTable(const json& rows) {
+  if (rows.empty()) {
+    std::cout << "(none)\n";
+    return;
+  }
+  std::vector<std::string> cols;
+  for (auto it = rows[0].begin(); it != rows[0].end(); ++it) {
+    if (!it->is_array() && !it->is_object()) cols.push_back(it.key());
+  }
+  std::vector<std::vector<std::string>> cells;
+  std::vector<size_t> width;
+  for (const auto& c : cols) width.push_back(c.size());
+  for (const auto& row : rows) {
+    std::vector<std::string> line;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      line.push_back(Human(cols[i], row[cols[i]]));
+      width[i] = std::max(width[i], line.back().size());
+    }
+    cells.push_back(std::move(line));
+  }
+  for (size_t i = 0; i < cols.size(); ++i) std::printf("%-*s  ", static_cast<int>(width[i]), cols[i].c_str());
+  std::printf("\n");
+  for (const auto& line : cells) {
+    for (size_t i = 0; i < cols.size(); ++i) std::printf("%-*s  ", static_cast<int>(width[i]), line[i].c_str());
+    std::printf("\n");
+  }
+}
+
+void PrintHuman(const json& j, const std::string& indent = "") {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it->is_array()) {
+      if (!it->empty() && (*it)[0].is_object()) {
+        std::cout << indent << it.key() << ":\n";
+        PrintTable(*it);
+      } else if (!it->empty()) {
+        std::cout << indent << it.key() << ": " << it->dump() << "\n";
+      }
+    } else if (it->is_object()) {
+      std::cout << indent << it.key() << ":\n";
+      PrintHuman(*it, indent + "  ");
+    } else {
+      std::cout << indent << it.key() << ": " << Human(it.key(), *it) << "\n";
+    }
+  }
+}
+
+const char* CodeName(int code) {
+  static const char* kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                 "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kCodes[code] : "UNKNOWN";
+}
+
+// Reports an error: stderr always; with --json also one JSON document on stdout.
+int Fail(bool as_json, int code, const std::string& message) {
+  std::fprintf(stderr, "laissez: %s: %s\n", CodeName(code), message.c_str());
+  if (as_json) std::cout << json{{"error", {{"code", CodeName(code)}, {"message", message}}}}.dump() << "\n";
+  return code == 3 ? 2 : 1;
+}
+int Fail(bool as_json, const Status& s) { return Fail(as_json, static_cast<int>(s.code()), s.message()); }
+
+// ---------------------------------------------------------------------------
+// Client plumbing.
+
+struct ClientFlags {
+  std::string server;
+  std::string token_file;
+  std::string tls_ca;
+  bool json = false;
+};
+
+void AddClientFlags(CLI::App* c, ClientFlags* f) {
+  const char* env_server = std::getenv("LAISSEZ_SERVER");
+  const char* env_token = std::getenv("LAISSEZ_TOKEN_FILE");
+  f->server = env_server ? env_server : "127.0.0.1:50051";
+  f->token_file = env_token ? env_token : "";
+  c->add_option("--server", f->server, "Server address HOST:PORT (default $LAISSEZ_SERVER or 127.0.0.1:50051)");
+  c->add_option("--token-file", f->token_file, "File holding the bearer token (default $LAISSEZ_TOKEN_FILE)");
+  c->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) for a TLS server");
+  c->add_flag("--json", f->json, "Print one JSON document (micro-units, microsecond times)");
+}
+
+class Client {
+ public:
+  explicit Client(const ClientFlags& f) : flags_(f) {}
+  Status Open() {
+    LZ_ASSIGN_OR_RETURN(token_, server::ReadTokenFile(flags_.token_file, "token-file"));
+    server::ConnectOptions o;
+    o.address = flags_.server;
+    o.token = token_;
+    o.tls_ca = flags_.tls_ca;
+    auto ch = server::MakeChannel(o);
+    tenant = pb::TenantService::NewStub(ch);
+    op = pb::OperatorService::NewStub(ch);
+    admin = pb::AdminService::NewStub(ch);
+    return Status::Ok();
+  }
+  std::unique_ptr<grpc::ClientContext> Ctx(int timeout_s = 30) const {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->AddMetadata("authorization", "Bearer " + token_);
+    if (timeout_s > 0) c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+    return c;
+  }
+  const std::string& token() const { return token_; }
+
+  std::unique_ptr<pb::TenantService::Stub> tenant;
+  std::unique_ptr<pb::OperatorService::Stub> op;
+  std::unique_ptr<pb::AdminService::Stub> admin;
+
+ private:
+  ClientFlags flags_;
+  std::string token_;
+};
+
+// Runs one unary call: opens the client, builds the request, prints the reply.
+template <typename Resp>
+int RunCall(const ClientFlags& f, const std::function<Status()>& prepare,
+            const std::function<grpc::Status(Client&, Resp*)>& call,
+            const std::function<void(const Resp&)>& human = nullptr) {
+  if (prepare) {
+    Status st = prepare();
+    if (!st.ok()) return Fail(f.json, st);
+  }
+  Client c(f);
+  Status st = c.Open();
+  if (!st.ok()) return Fail(f.json, st);
+  Resp resp;
+  grpc::Status g = call(c, &resp);
+  if (!g.ok()) return Fail(f.json, g.error_code(), g.error_message());
+  if (f.json) {
+    std::cout << ToJson(resp).dump() << "\n";
+  } else if (human) {
+    human(resp);
+  } else {
+    json j = ToJson(resp);
+    if (j.empty()) std::cout << "ok\n";
+    else PrintHuman(j);
+  }
+  return 0;
+}
+
+Status ParsePriceFlag(const std::string& text, std::string_view field, int64_t* out) {
+  LZ_ASSIGN_OR_RETURN(*out, ParseMoney(text, field));
+  return Status::Ok();
+}
+
+Result<pb::Locality> ParseLocalityFlag(const std::string& text) {
+  LZ_ASSIGN_OR_RETURN(market::Locality l, market::ParseLocality(text, "locality"));
+  return static_cast<pb::Locality>(static_cast<int>(l));
+}
+
+// ---------------------------------------------------------------------------
+// serve
+
+volatile sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int RunServe(server::ServerOptions o, const std::string& cluster_file) {
+  if (o.db.empty()) {
+    std::fprintf(stderr, "laissez serve: --db: required (use :memory: for a throwaway market)\n");
+    return 2;
+  }
+#ifdef LAISSEZ_HAVE_DASHBOARD
+  o.http_routes = server::dashboard::Install;
+#endif
+  server::Server s(o);
+  Status st = s.Start();
+  if (!st.ok()) {
+    std::fprintf(stderr, "laissez serve: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "laissez serve: listening on %s (gRPC port %d)%s%s; journal replayed %llu records\n",
+               o.listen.c_str(), s.grpc_port(), o.http.empty() ? "" : ", HTTP on ",
+               o.http.empty() ? "" : o.http.c_str(), static_cast<unsigned long long>(s.core().replayed()));
+  if (!s.admin_token().empty()) {
+    if (!s.admin_token_file().empty()) {
+      std::fprintf(stderr, "laissez serve: new database; admin token written to %s (mode 0600)\n",
+                   s.admin_token_file().c_str());
+    } else {
+      std::fprintf(stderr, "laissez serve: new in-memory market; admin token: %s\n", s.admin_token().c_str());
+    }
+  }
+  if (!cluster_file.empty() && s.fresh()) {
+    auto spec = topology::LoadClusterYaml(cluster_file);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "laissez serve: --cluster: %s\n", spec.status().ToString().c_str());
+      s.Shutdown();
+      return 2;
+    }
+    auto r = s.core().Execute<size_t>("operator:cluster-file", [&](server::WriterContext& w) -> Result<size_t> {
+      for (const auto& n : spec->nodes) LZ_RETURN_IF_ERROR(w.Apply(market::OpAddNode{n}).status);
+      return spec->nodes.size();
+    });
+    if (!r.ok()) {
+      std::fprintf(stderr, "laissez serve: --cluster: %s\n", r.status().ToString().c_str());
+      s.Shutdown();
+      return 1;
+    }
+    std::fprintf(stderr, "laissez serve: added %zu nodes from %s\n", *r, cluster_file.c_str());
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  while (!g_stop && !s.core().failed()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  bool failed = s.core().failed();
+  std::fprintf(stderr, "laissez serve: %s\n", failed ? "store failed; stopping" : "stopping");
+  s.Shutdown();
+  return failed ? 1 : 0;
+}
+
+// ---------------------------------------------------------------------------
+// watch: events as they come. With --json, one JSON array, closed at the end.
+
+int RunWatch(const ClientFlags& f, const std::vector<std::string>& vertices, bool operator_view, int count,
+             double seconds) {
+  Client c(f);
+  Status st = c.Open();
+  if (!st.ok()) return Fail(f.json, st);
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  auto ctx = c.Ctx(0);
+  if (seconds > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  }
+  pb::WatchRequest q;
+  for (const auto& v : vertices) q.add_vertices(v);
+  auto reader = operator_view ? c.op->Watch(ctx.get(), q) : c.tenant->Watch(ctx.get(), q);
+  grpc::ClientContext* raw = ctx.get();
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    while (!done && !g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    raw->TryCancel();
+  });
+  if (f.json) std::cout << "[";
+  int n = 0;
+  pb::Event e;
+  while ((count <= 0 || n < count) && reader->Read(&e)) {
+    if (f.json) {
+      std::cout << (n ? ",\n" : "\n") << ToJson(e).dump() << std::flush;
+    } else {
+      std::string line = FormatTime(e.time()) + "  " + e.type();
+      if (!e.node().empty()) line += "  node=" + e.node();
+      if (!e.vertex().empty() && e.node().empty()) line += "  vertex=" + e.vertex();
+      if (e.order()) line += "  order=" + std::to_string(e.order());
+      if (e.price()) line += "  price=" + FormatMoney(e.price());
+      if (e.amount()) line += "  amount=" + FormatMoney(e.amount());
+      if (e.deadline()) line += "  deadline=" + FormatTime(e.deadline());
+      if (!e.reasons().empty()) line += "  reasons=" + e.reasons();
+      if (!e.tenant().empty()) line += "  tenant=" + e.tenant();
+      if (!e.other().empty()) line += "  from=" + e.other();
+      std::cout << line << std::endl;
+    }
+    ++n;
+  }
+  done = true;
+  raw->TryCancel();
+  grpc::Status g = reader->Finish();
+  stopper.join();
+  if (f.json) std::cout << "\n]\n";
+  bool normal = g.ok() || g.error_code() == grpc::StatusCode::CANCELLED ||
+                g.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (!normal) {
+    std::fprintf(stderr, "laissez: %s: %s\n", CodeName(g.error_code()), g.error_message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// bench server: concurrent tenants re-pricing resting orders over gRPC.
+
+struct BenchFlags {
+  ClientFlags client;
+  int tenants = 8;
+  double seconds = 10;
+  int window = 256;
+  std::string mode = "stream";
+};
+
+int RunBenchServer(const BenchFlags& b) {
+  const bool as_json = b.client.json;
+  Client admin(b.client);
+  Status st = admin.Open();
+  if (!st.ok()) return Fail(as_json, st);
+  // A node behind a floor no bid reaches, so the tenants' orders rest and every
+  // update re-prices a resting order (the common case of a live market).
+  std::string tag = "bench" + std::to_string(::getpid()) + "-" + std::to_string(std::time(nullptr));
+  {
+    pb::AddNodesRequest q;
+    auto* n = q.add_nodes();
+    n->set_name(tag + "-n0");
+    n->set_type(tag);
+    n->set_region("bench");
+    n->set_zone("z");
+    n->set_row("r");
+    n->set_rack("k");
+    pb::AddNodesResponse r;
+    grpc::Status g = admin.op->AddNodes(admin.Ctx().get(), q, &r);
+    if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: add node: " + g.error_message());
+    pb::SetFloorRequest fq;
+    fq.set_node(tag + "-n0");
+    fq.set_price(1'000'000 * kMicroUnits);
+    pb::PolicyResponse fr;
+    g = admin.op->SetFloor(admin.Ctx().get(), fq, &fr);
+    if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: floor: " + g.error_message());
+  }
+  struct Worker {
+    std::string token;
+    uint64_t order = 0;
+    std::vector<double> lat_ms;
+    uint64_t errors = 0;
+  };
+  std::vector<Worker> workers(static_cast<size_t>(b.tenants));
+  for (int i = 0; i < b.tenants; ++i) {
+    pb::CreateTenantRequest q;
+    q.set_name(tag + "-t" + std::to_string(i));
+    q.set_balance(1'000'000'000 * kMicroUnits);
+    pb::CreateTenantResponse r;
+    grpc::Status g = admin.admin->CreateTenant(admin.Ctx().get(), q, &r);
+    if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: create tenant: " + g.error_message());
+    workers[static_cast<size_t>(i)].token = r.token();
+    pb::PlaceOrderRequest pq;
+    pq.set_scope(tag);
+    pq.set_price(10 * kMicroUnits);
+    pb::PlaceOrderResponse pr;
+    auto ctx = admin.Ctx();
+    grpc::ClientContext tctx;
+    tctx.AddMetadata("authorization", "Bearer " + r.token());
+    g = admin.tenant->PlaceOrder(&tctx, pq, &pr);
+    if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: place order: " + g.error_message());
+    workers[static_cast<size_t>(i)].order = pr.order();
+  }
+
+  server::ConnectOptions co;
+  co.address = b.client.server;
+  co.tls_ca = b.client.tls_ca;
+  rusage ru0{};
+  getrusage(RUSAGE_SELF, &ru0);
+  auto t0 = std::chrono::steady_clock::now();
+  auto until = t0 + std::chrono::milliseconds(static_cast<int64_t>(b.seconds * 1000));
+  std::vector<std::thread> threads;
+  for (auto& w : workers) {
+    threads.emplace_back([&w, &b, &co, until] {
+      // Each tenant has its own channel, as separate clients would.
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.use_local_subchannel_pool", 1);
+      auto ch = grpc::CreateCustomChannel(co.address, grpc::InsecureChannelCredentials(), args);
+      auto stub = pb::TenantService::NewStub(ch);
+      w.lat_ms.reserve(1 << 20);
+      int64_t price_base = 10 * kMicroUnits;
+      if (b.mode == "unary") {
+        for (uint64_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
+          pb::UpdateOrderRequest q;
+          q.set_order(w.order);
+          q.set_price(price_base + static_cast<int64_t>(i % 100));
+          pb::UpdateOrderResponse r;
+          grpc::ClientContext ctx;
+          ctx.AddMetadata("authorization", "Bearer " + w.token);
+          auto s = std::chrono::steady_clock::now();
+          grpc::Status g = stub->UpdateOrder(&ctx, q, &r);
+          auto e = std::chrono::steady_clock::now();
+          if (!g.ok()) ++w.errors;
+          else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(e - s).count());
+        }
+        return;
+      }
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("authorization", "Bearer " + w.token);
+      auto stream = stub->StreamUpdates(&ctx);
+      const size_t ring = 1 << 16;
+      std::vector<std::chrono::steady_clock::time_point> sent(ring);
+      std::mutex mu;
+      std::condition_variable cv;
+      uint64_t next = 0, acked = 0;
+      std::thread reader([&] {
+        pb::UpdateOrderResponse a;
+        while (stream->Read(&a)) {
+          auto now = std::chrono::steady_clock::now();
+          std::lock_guard lock(mu);
+          if (a.code() != 0) ++w.errors;
+          else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
+          ++acked;
+          cv.notify_all();
+        }
+      });
+      for (;;) {
+        pb::UpdateOrderRequest q;
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return next - acked < static_cast<uint64_t>(b.window); });
+          if (std::chrono::steady_clock::now() >= until) break;
+          q.set_tag(next);
+          sent[next % ring] = std::chrono::steady_clock::now();
+          ++next;
+        }
+        q.set_order(w.order);
+        q.set_price(price_base + static_cast<int64_t>(q.tag() % 100));
+        if (!stream->Write(q)) break;
+      }
+      stream->WritesDone();
+      reader.join();
+      (void)stream->Finish();
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto t1 = std::chrono::steady_clock::now();
+  rusage ru1{};
+  getrusage(RUSAGE_SELF, &ru1);
+  double wall = std::chrono::duration<double>(t1 - t0).count();
+  auto cpu = [](const rusage& r) {
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+  };
+  double cpu_s = cpu(ru1) - cpu(ru0);
+  std::vector<double> all;
+  uint64_t errors = 0;
+  for (auto& w : workers) {
+    all.insert(all.end(), w.lat_ms.begin(), w.lat_ms.end());
+    errors += w.errors;
+  }
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * static_cast<double>(all.size())))]; };
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  json out = {{"updates_per_sec", static_cast<double>(all.size()) / wall},
+              {"p50_ms", pct(0.50)},
+              {"p99_ms", pct(0.99)},
+              {"p999_ms", pct(0.999)},
+              {"durable", true},
+              {"mode", b.mode == "unary" ? "unary UpdateOrder" : "bidirectional StreamUpdates"},
+              {"window", b.mode == "unary" ? 1 : b.window},
+              {"tenants", b.tenants},
+              {"seconds", wall},
+              {"acknowledged", all.size()},
+              {"errors", errors},
+              {"loadgen_cpu_cores", cpu_s / wall},
+              {"loadgen_cpu_share", cpu_s / wall / static_cast<double>(cores)},
+              {"machine_cores", cores}};
+  if (as_json) {
+    std::cout << out.dump() << "\n";
+  } else {
+    std::printf("%s, %d tenants, %.1f s: %.0f durable updates/s, p50 %.3f ms, p99 %.3f ms, %llu errors; "
+                "load generator used %.2f cores (%.0f%% of the machine)\n",
+                out["mode"].get<std::string>().c_str(), b.tenants, wall, out["updates_per_sec"].get<double>(),
+                pct(0.5), pct(0.99), static_cast<unsigned long long>(errors), cpu_s / wall,
+                100 * cpu_s / wall / static_cast<double>(cores));
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+void RegisterServerCommands(CLI::App& app, int* exit_code) {
+  // serve
+  {
+    auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, durable SQLite journal, HTTP metrics)");
+    static server::ServerOptions o;
+    static std::string cluster;
+    static int64_t tick_ms = 1000;
+    cmd->add_option("--db", o.db, "SQLite database file (created if missing); :memory: for a throwaway market")
+        ->required();
+    cmd->add_option("--listen", o.listen, "gRPC address HOST:PORT")->capture_default_str();
+    cmd->add_option("--http", o.http, "HTTP address HOST:PORT for /healthz and /metrics");
+    cmd->add_option("--tls-cert", o.tls_cert, "TLS certificate chain (PEM)");
+    cmd->add_option("--tls-key", o.tls_key, "TLS private key (PEM)");
+    cmd->add_option("--admin-token-file", o.admin_token_file, "Where a new database's admin token goes (default DB.admin-token)");
+    cmd->add_option("--rate-limit", o.rate_limit, "Requests per second per tenant (0: unlimited)")->capture_default_str();
+    cmd->add_option("--rate-burst", o.rate_burst, "Burst size per tenant")->capture_default_str();
+    cmd->add_option("--max-message-bytes", o.max_message_bytes, "Largest request accepted")->capture_default_str();
+    cmd->add_option("--tick-ms", tick_ms, "Advance the market at least this often when idle")->capture_default_str();
+    cmd->add_option("--cluster", cluster, "Cluster YAML to load into a new database");
+    cmd->callback([exit_code] {
+      o.core.idle_tick = std::chrono::milliseconds(std::max<int64_t>(tick_ms, 1));
+      *exit_code = RunServe(o, cluster);
+    });
+  }
+
+  // ---- Tenant commands ----
+  {
+    auto* cmd = app.add_subcommand("bid", "Place an order (a bid) for a node, any node below a vertex, or a gang");
+    static ClientFlags f;
+    static std::string scope, price, locality = "any", rel_to;
+    static uint32_t count = 1;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("--scope", scope, "Vertex: TYPE, TYPE/region/zone/row/rack, or a node name")->required();
+    cmd->add_option("--price", price, "Limit price per node per hour, in units (e.g. 12.5)")->required();
+    cmd->add_option("--count", count, "Nodes (> 1: all-or-nothing gang)");
+    cmd->add_option("--locality", locality, "any, same_region, same_zone, same_row, same_rack");
+    cmd->add_option("--rel-to", rel_to, "A node you hold, for --locality");
+    cmd->callback([exit_code] {
+      pb::PlaceOrderRequest q;
+      *exit_code = RunCall<pb::PlaceOrderResponse>(
+          f,
+          [&]() -> Status {
+            int64_t p = 0;
+            LZ_RETURN_IF_ERROR(ParsePriceFlag(price, "price", &p));
+            LZ_ASSIGN_OR_RETURN(pb::Locality l, ParseLocalityFlag(locality));
+            q.set_scope(scope);
+            q.set_price(p);
+            q.set_count(count);
+            q.set_locality(l);
+            q.set_rel_to(rel_to);
+            return Status::Ok();
+          },
+          [&](Client& c, pb::PlaceOrderResponse* r) { return c.tenant->PlaceOrder(c.Ctx().get(), q, r); });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("update", "Change an open order's price");
+    static ClientFlags f;
+    static uint64_t order = 0;
+    static std::string price;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("order", order, "Order id")->required();
+    cmd->add_option("--price", price, "New limit price per node per hour, in units")->required();
+    cmd->callback([exit_code] {
+      pb::UpdateOrderRequest q;
+      *exit_code = RunCall<pb::UpdateOrderResponse>(
+          f,
+          [&]() -> Status {
+            int64_t p = 0;
+            LZ_RETURN_IF_ERROR(ParsePriceFlag(price, "price", &p));
+            q.set_order(order);
+            q.set_price(p);
+            return Status::Ok();
+          },
+          [&](Client& c, pb::UpdateOrderResponse* r) { return c.tenant->UpdateOrder(c.Ctx().get(), q, r); },
+          [](const pb::UpdateOrderResponse&) { std::cout << "ok\n"; });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("cancel", "Withdraw an open order");
+    static ClientFlags f;
+    static uint64_t order = 0;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("order", order, "Order id")->required();
+    cmd->callback([exit_code] {
+      pb::CancelOrderRequest q;
+      q.set_order(order);
+      *exit_code = RunCall<pb::CancelOrderResponse>(
+          f, nullptr, [&](Client& c, pb::CancelOrderResponse* r) { return c.tenant->CancelOrder(c.Ctx().get(), q, r); });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("retain", "Set the retention limit on a node you hold");
+    static ClientFlags f;
+    static std::string node, limit;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("node", node, "Node name")->required();
+    cmd->add_option("--limit", limit, "The most you will pay per hour to keep it, in units")->required();
+    cmd->callback([exit_code] {
+      pb::SetLimitRequest q;
+      *exit_code = RunCall<pb::SetLimitResponse>(
+          f,
+          [&]() -> Status {
+            int64_t p = 0;
+            LZ_RETURN_IF_ERROR(ParsePriceFlag(limit, "limit", &p));
+            q.set_node(node);
+            q.set_limit(p);
+            return Status::Ok();
+          },
+          [&](Client& c, pb::SetLimitResponse* r) { return c.tenant->SetLimit(c.Ctx().get(), q, r); });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("release", "Relinquish a node you hold");
+    static ClientFlags f;
+    static std::string node;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("node", node, "Node name")->required();
+    cmd->callback([exit_code] {
+      pb::RelinquishRequest q;
+      q.set_node(node);
+      *exit_code = RunCall<pb::RelinquishResponse>(
+          f, nullptr, [&](Client& c, pb::RelinquishResponse* r) { return c.tenant->Relinquish(c.Ctx().get(), q, r); });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("quote", "The price to obtain a node below a vertex, with free counts and depth");
+    static ClientFlags f;
+    static std::string vertex;
+    static bool depth = false;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("vertex", vertex, "TYPE, TYPE/region/zone/row/rack, or a node name")->required();
+    cmd->add_flag("--depth", depth, "Include resting demand by price level");
+    cmd->callback([exit_code] {
+      pb::QuoteRequest q;
+      q.set_vertex(vertex);
+      q.set_depth(depth);
+      *exit_code = RunCall<pb::QuoteResponse>(
+          f, nullptr, [&](Client& c, pb::QuoteResponse* r) { return c.tenant->Quote(c.Ctx().get(), q, r); });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("eviction-quote", "How close the market is to taking a node you hold");
+    static ClientFlags f;
+    static std::string node;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("node", node, "Node name")->required();
+    cmd->callback([exit_code] {
+      pb::EvictionQuoteRequest q;
+      q.set_node(node);
+      *exit_code = RunCall<pb::EvictionQuoteResponse>(f, nullptr, [&](Client& c, pb::EvictionQuoteResponse* r) {
+        return c.tenant->EvictionQuote(c.Ctx().get(), q, r);
+      });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("watch", "Stream prices at vertices and your own events (Ctrl-C to stop)");
+    static ClientFlags f;
+    static std::vector<std::string> vertices;
+    static bool all = false;
+    static int count = 0;
+    static double seconds = 0;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("--vertex", vertices, "Vertices whose price changes to stream (repeatable)");
+    cmd->add_flag("--operator", all, "Every market event, operator view (operator or admin token)");
+    cmd->add_option("--count", count, "Stop after this many events");
+    cmd->add_option("--seconds", seconds, "Stop after this long");
+    cmd->callback([exit_code] { *exit_code = RunWatch(f, vertices, all, count, seconds); });
+  }
+  {
+    auto* cmd = app.add_subcommand("balance", "Your balance, rates and totals paid");
+    static ClientFlags f;
+    AddClientFlags(cmd, &f);
+    cmd->callback([exit_code] {
+      *exit_code = RunCall<pb::BalanceResponse>(f, nullptr, [&](Client& c, pb::BalanceResponse* r) {
+        return c.tenant->GetBalance(c.Ctx().get(), pb::GetBalanceRequest(), r);
+      });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("orders", "Your open orders");
+    static ClientFlags f;
+    AddClientFlags(cmd, &f);
+    cmd->callback([exit_code] {
+      *exit_code = RunCall<pb::ListOrdersResponse>(f, nullptr, [&](Client& c, pb::ListOrdersResponse* r) {
+        return c.tenant->ListOrders(c.Ctx().get(), pb::ListOrdersRequest(), r);
+      });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("holdings", "The nodes you hold, with their limits");
+    static ClientFlags f;
+    AddClientFlags(cmd, &f);
+    cmd->callback([exit_code] {
+      *exit_code = RunCall<pb::ListNodesResponse>(f, nullptr, [&](Client& c, pb::ListNodesResponse* r) {
+        return c.tenant->ListNodes(c.Ctx().get(), pb::ListNodesRequest(), r);
+      });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("ledger", "Settled charges: yours (tenant token) or the market's (--operator)");
+    static ClientFlags f;
+    static uint32_t limit = 100;
+    static bool all = false;
+    static std::string tenant;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("--limit", limit, "Most recent entries");
+    cmd->add_flag("--operator", all, "The whole market's ledger and money totals (operator or admin token)");
+    cmd->add_option("--tenant", tenant, "With --operator: one tenant's entries");
+    cmd->callback([exit_code] {
+      if (all) {
+        pb::OperatorLedgerRequest q;
+        q.set_limit(limit);
+        q.set_tenant(tenant);
+        *exit_code = RunCall<pb::OperatorLedgerResponse>(f, nullptr, [&](Client& c, pb::OperatorLedgerResponse* r) {
+          return c.op->GetLedger(c.Ctx().get(), q, r);
+        });
+      } else {
+        pb::GetLedgerRequest q;
+        q.set_limit(limit);
+        *exit_code = RunCall<pb::LedgerResponse>(
+            f, nullptr, [&](Client& c, pb::LedgerResponse* r) { return c.tenant->GetLedger(c.Ctx().get(), q, r); });
+      }
+    });
+  }
+
+  // ---- Operator commands ----
+  {
+    auto* nodes = app.add_subcommand("nodes", "Operator: add, drain, remove and list nodes");
+    nodes->require_subcommand(1);
+    {
+      auto* cmd = nodes->add_subcommand("add", "Add one node, or every node of a cluster YAML file");
+      static ClientFlags f;
+      static std::string file, name, type, region, zone, row, rack;
+      static int32_t gpus = 0, memory_gb = 0, power_w = 0;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("--file", file, "Cluster YAML (docs/CLUSTER_FORMAT.md)");
+      cmd->add_option("--name", name, "Node name");
+      cmd->add_option("--type", type, "Hardware type, e.g. h100x8");
+      cmd->add_option("--region", region);
+      cmd->add_option("--zone", zone);
+      cmd->add_option("--row", row);
+      cmd->add_option("--rack", rack);
+      cmd->add_option("--gpus", gpus);
+      cmd->add_option("--memory-gb", memory_gb);
+      cmd->add_option("--power-w", power_w);
+      cmd->callback([exit_code] {
+        pb::AddNodesRequest q;
+        *exit_code = RunCall<pb::AddNodesResponse>(
+            f,
+            [&]() -> Status {
+              if (!file.empty()) {
+                LZ_ASSIGN_OR_RETURN(topology::ClusterSpec spec, topology::LoadClusterYaml(file));
+                for (const auto& n : spec.nodes) {
+                  auto* o = q.add_nodes();
+                  o->set_name(n.name);
+                  o->set_type(n.type);
+                  o->set_region(n.region);
+                  o->set_zone(n.zone);
+                  o->set_row(n.row);
+                  o->set_rack(n.rack);
+                  o->set_gpus(n.meta.gpus);
+                  o->set_memory_gb(n.meta.memory_gb);
+                  o->set_power_w(n.meta.power_w);
+                }
+                return Status::Ok();
+              }
+              if (name.empty()) return InvalidArgument("name: give --name (or --file)");
+              auto* o = q.add_nodes();
+              o->set_name(name);
+              o->set_type(type);
+              o->set_region(region);
+              o->set_zone(zone);
+              o->set_row(row);
+              o->set_rack(rack);
+              o->set_gpus(gpus);
+              o->set_memory_gb(memory_gb);
+              o->set_power_w(power_w);
+              return Status::Ok();
+            },
+            [&](Client& c, pb::AddNodesResponse* r) { return c.op->AddNodes(c.Ctx().get(), q, r); });
+      });
+    }
+    {
+      auto* cmd = nodes->add_subcommand("drain", "Reclaim a node or location: infinite floor, notices, grace");
+      static ClientFlags f;
+      static std::string node, location, start, end;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("--node", node, "Node name");
+      cmd->add_option("--location", location, "Location path, e.g. eu/eu-1a/r1/k2");
+      cmd->add_option("--in", start, "Start after this long (e.g. 10m); default now");
+      cmd->add_option("--for", end, "Maintenance length (e.g. 2h); default: for good");
+      cmd->callback([exit_code] {
+        pb::DrainRequest q;
+        *exit_code = RunCall<pb::PolicyResponse>(
+            f,
+            [&]() -> Status {
+              q.set_node(node);
+              q.set_location(location);
+              if (node.empty() && location.empty()) return InvalidArgument("node: give --node or --location");
+              Micros now = server::WallClockMicros();
+              Micros s = now;
+              if (!start.empty()) {
+                LZ_ASSIGN_OR_RETURN(Micros d, ParseDuration(start, "in"));
+                s = now + d;
+                q.set_start(s);
+              }
+              if (!end.empty()) {
+                LZ_ASSIGN_OR_RETURN(Micros d, ParseDuration(end, "for"));
+                q.set_start(s);
+                q.set_end(s + d);
+              }
+              return Status::Ok();
+            },
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->DrainNodes(c.Ctx().get(), q, r); });
+      });
+    }
+    {
+      auto* cmd = nodes->add_subcommand("remove", "Remove free nodes from the market (drain them first)");
+      static ClientFlags f;
+      static std::vector<std::string> names;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("nodes", names, "Node names")->required();
+      cmd->callback([exit_code] {
+        pb::RemoveNodesRequest q;
+        for (const auto& n : names) q.add_nodes(n);
+        *exit_code = RunCall<pb::RemoveNodesResponse>(
+            f, nullptr, [&](Client& c, pb::RemoveNodesResponse* r) { return c.op->RemoveNodes(c.Ctx().get(), q, r); });
+      });
+    }
+    {
+      auto* cmd = nodes->add_subcommand("list", "Every node: status, holder, limit, floor");
+      static ClientFlags f;
+      AddClientFlags(cmd, &f);
+      cmd->callback([exit_code] {
+        *exit_code = RunCall<pb::ListClusterResponse>(f, nullptr, [&](Client& c, pb::ListClusterResponse* r) {
+          return c.op->ListCluster(c.Ctx().get(), pb::ListClusterRequest(), r);
+        });
+      });
+    }
+  }
+  {
+    auto* floor = app.add_subcommand("floor", "Operator: InfraMaps floor prices");
+    floor->require_subcommand(1);
+    {
+      auto* cmd = floor->add_subcommand("set", "A static floor on a node or a location (all types below it)");
+      static ClientFlags f;
+      static std::string node, location, price;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("--node", node, "Node name");
+      cmd->add_option("--location", location, "Location path (\"\" or omitted: the whole cluster)");
+      cmd->add_option("--price", price, "Floor per node per hour, in units")->required();
+      cmd->callback([exit_code] {
+        pb::SetFloorRequest q;
+        *exit_code = RunCall<pb::PolicyResponse>(
+            f,
+            [&]() -> Status {
+              int64_t p = 0;
+              LZ_RETURN_IF_ERROR(ParsePriceFlag(price, "price", &p));
+              q.set_node(node);
+              q.set_location(location);
+              q.set_price(p);
+              return Status::Ok();
+            },
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->SetFloor(c.Ctx().get(), q, r); });
+      });
+    }
+    {
+      auto* cmd = floor->add_subcommand("remove", "Remove a floor, power cap or drain by its policy id");
+      static ClientFlags f;
+      static uint32_t policy = 0;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("policy", policy, "Policy id")->required();
+      cmd->callback([exit_code] {
+        pb::RemovePolicyRequest q;
+        q.set_policy(policy);
+        *exit_code = RunCall<pb::RemovePolicyResponse>(
+            f, nullptr, [&](Client& c, pb::RemovePolicyResponse* r) { return c.op->RemovePolicy(c.Ctx().get(), q, r); });
+      });
+    }
+  }
+  {
+    auto* pc = app.add_subcommand("powercap", "Operator: a row's floor rises as its committed power nears a cap");
+    pc->require_subcommand(1);
+    auto* cmd = pc->add_subcommand("set", "Set a power-cap InfraMap on a row");
+    static ClientFlags f;
+    static std::string row;
+    static int64_t cap_w = 0;
+    static std::vector<std::string> steps;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("--row", row, "Row path, e.g. eu/eu-1a/r1")->required();
+    cmd->add_option("--cap-w", cap_w, "Cap in watts")->required();
+    cmd->add_option("--step", steps, "UTILIZATION%=FLOOR, e.g. 80=5 or 100=inf (repeatable)")->required();
+    cmd->callback([exit_code] {
+      pb::PowerCapRequest q;
+      *exit_code = RunCall<pb::PolicyResponse>(
+          f,
+          [&]() -> Status {
+            q.set_row(row);
+            q.set_cap_w(cap_w);
+            for (size_t i = 0; i < steps.size(); ++i) {
+              std::string field = "step[" + std::to_string(i) + "]";
+              auto eq = steps[i].find('=');
+              if (eq == std::string::npos) return InvalidArgument(field + ": must be UTILIZATION%=FLOOR");
+              LZ_ASSIGN_OR_RETURN(int64_t pct_micro, ParseMoney(steps[i].substr(0, eq), field + ".utilization"));
+              auto* s = q.add_steps();
+              s->set_utilization_ppm(pct_micro / 100);  // Percent (6 decimals) to ppm.
+              std::string fl = steps[i].substr(eq + 1);
+              if (fl == "inf") {
+                s->set_floor(kInfPrice);
+              } else {
+                LZ_ASSIGN_OR_RETURN(int64_t p, ParseMoney(fl, field + ".floor"));
+                s->set_floor(p);
+              }
+            }
+            return Status::Ok();
+          },
+          [&](Client& c, pb::PolicyResponse* r) { return c.op->SetPowerCap(c.Ctx().get(), q, r); });
+    });
+  }
+  {
+    auto* vol = app.add_subcommand("volatility", "Operator: volatility controls and market parameters");
+    vol->require_subcommand(1);
+    auto* set = vol->add_subcommand("set", "Change some parameters (the others keep their values)");
+    auto* show = vol->add_subcommand("show", "Show the parameters in force");
+    static ClientFlags f, fs;
+    static std::string grace, clip_interval, min_hold, decay_beta, tick;
+    static int64_t hysteresis_ppm = -1, clip_alpha_ppm = -1;
+    AddClientFlags(set, &f);
+    AddClientFlags(show, &fs);
+    set->add_option("--grace", grace, "Notice-to-transfer window, e.g. 2m");
+    set->add_option("--hysteresis-ppm", hysteresis_ppm, "A challenger must beat the limit by this fraction (ppm)");
+    set->add_option("--tick", tick, "Smallest price step, in units");
+    set->add_option("--clip-alpha-ppm", clip_alpha_ppm, "Price clipping per interval (ppm; 0 turns it off)");
+    set->add_option("--clip-interval", clip_interval, "Clipping interval, e.g. 60s");
+    set->add_option("--decay-beta", decay_beta, "Floor decay after release, units per hour per second");
+    set->add_option("--min-hold", min_hold, "Minimum hold before tenant orders may contest, e.g. 5m");
+    set->callback([exit_code] {
+      pb::SetVolatilityRequest q;
+      *exit_code = RunCall<pb::MarketParams>(
+          f,
+          [&]() -> Status {
+            auto* p = q.mutable_params();
+            if (!grace.empty()) {
+              LZ_ASSIGN_OR_RETURN(Micros g, ParseDuration(grace, "grace"));
+              p->set_grace_us(g);
+              q.add_update("grace_us");
+            }
+            if (hysteresis_ppm >= 0) {
+              p->set_hysteresis_ppm(hysteresis_ppm);
+              q.add_update("hysteresis_ppm");
+            }
+            if (!tick.empty()) {
+              LZ_ASSIGN_OR_RETURN(int64_t t, ParseMoney(tick, "tick"));
+              p->set_tick(t);
+              q.add_update("tick");
+            }
+            if (clip_alpha_ppm >= 0) {
+              p->set_clip_alpha_ppm(clip_alpha_ppm);
+              q.add_update("clip_alpha_ppm");
+            }
+            if (!clip_interval.empty()) {
+              LZ_ASSIGN_OR_RETURN(Micros d, ParseDuration(clip_interval, "clip-interval"));
+              p->set_clip_interval_us(d);
+              q.add_update("clip_interval_us");
+            }
+            if (!decay_beta.empty()) {
+              LZ_ASSIGN_OR_RETURN(int64_t b, ParseMoney(decay_beta, "decay-beta"));
+              p->set_decay_beta(b);
+              q.add_update("decay_beta");
+            }
+            if (!min_hold.empty()) {
+              LZ_ASSIGN_OR_RETURN(Micros d, ParseDuration(min_hold, "min-hold"));
+              p->set_min_hold_us(d);
+              q.add_update("min_hold_us");
+            }
+            if (q.update_size() == 0) return InvalidArgument("volatility set: give at least one parameter");
+            return Status::Ok();
+          },
+          [&](Client& c, pb::MarketParams* r) { return c.op->SetVolatility(c.Ctx().get(), q, r); });
+    });
+    show->callback([exit_code] {
+      *exit_code = RunCall<pb::MarketParams>(fs, nullptr, [&](Client& c, pb::MarketParams* r) {
+        return c.op->SetVolatility(c.Ctx().get(), pb::SetVolatilityRequest(), r);
+      });
+    });
+  }
+  {
+    auto* cmd = app.add_subcommand("audit", "Operator: the most recent journal records and who made them");
+    static ClientFlags f;
+    static uint32_t limit = 50;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("--limit", limit, "Records");
+    cmd->callback([exit_code] {
+      pb::AuditLogRequest q;
+      q.set_limit(limit);
+      *exit_code = RunCall<pb::AuditLogResponse>(
+          f, nullptr, [&](Client& c, pb::AuditLogResponse* r) { return c.op->GetAuditLog(c.Ctx().get(), q, r); });
+    });
+  }
+
+  // ---- Admin commands ----
+  {
+    auto* tenant = app.add_subcommand("tenant", "Admin: create tenants and deposit money");
+    tenant->require_subcommand(1);
+    {
+      auto* cmd = tenant->add_subcommand("create", "Create a tenant with a budget; prints its first token");
+      static ClientFlags f;
+      static std::string name, balance = "0", max_rate, token_out;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("name", name, "Tenant name (letters, digits, - _ .)")->required();
+      cmd->add_option("--balance", balance, "Initial balance, in units");
+      cmd->add_option("--max-rate", max_rate, "Maximum spend per hour, in units (default: none)");
+      cmd->add_option("--token-out", token_out, "Write the tenant's token to this file (mode 0600) instead of printing it");
+      cmd->callback([exit_code] {
+        pb::CreateTenantRequest q;
+        *exit_code = RunCall<pb::CreateTenantResponse>(
+            f,
+            [&]() -> Status {
+              q.set_name(name);
+              int64_t b = 0;
+              LZ_RETURN_IF_ERROR(ParsePriceFlag(balance, "balance", &b));
+              q.set_balance(b);
+              if (!max_rate.empty()) {
+                int64_t m = 0;
+                LZ_RETURN_IF_ERROR(ParsePriceFlag(max_rate, "max-rate", &m));
+                q.set_max_rate(m);
+              }
+              return Status::Ok();
+            },
+            [&](Client& c, pb::CreateTenantResponse* r) {
+              grpc::Status g = c.admin->CreateTenant(c.Ctx().get(), q, r);
+              if (g.ok() && !token_out.empty()) {
+                std::FILE* fp = std::fopen(token_out.c_str(), "w");
+                if (!fp) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token-out: cannot write " + token_out);
+                ::fchmod(fileno(fp), 0600);
+                std::fprintf(fp, "%s\n", r->token().c_str());
+                std::fclose(fp);
+                r->set_token("(written to " + token_out + ")");
+              }
+              return g;
+            });
+      });
+    }
+    {
+      auto* cmd = tenant->add_subcommand("deposit", "Add money to a tenant's balance");
+      static ClientFlags f;
+      static std::string name, amount;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("name", name, "Tenant name")->required();
+      cmd->add_option("--amount", amount, "Amount, in units")->required();
+      cmd->callback([exit_code] {
+        pb::DepositRequest q;
+        *exit_code = RunCall<pb::DepositResponse>(
+            f,
+            [&]() -> Status {
+              int64_t a = 0;
+              LZ_RETURN_IF_ERROR(ParsePriceFlag(amount, "amount", &a));
+              q.set_tenant(name);
+              q.set_amount(a);
+              return Status::Ok();
+            },
+            [&](Client& c, pb::DepositResponse* r) { return c.admin->Deposit(c.Ctx().get(), q, r); });
+      });
+    }
+  }
+  {
+    auto* token = app.add_subcommand("token", "Admin: issue and revoke bearer tokens");
+    token->require_subcommand(1);
+    {
+      auto* cmd = token->add_subcommand("issue", "Issue a token (shown once; the server keeps only its hash)");
+      static ClientFlags f;
+      static std::string role, tenant, name, out;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("--role", role, "tenant, operator or admin")->required();
+      cmd->add_option("--tenant", tenant, "The tenant, for --role tenant");
+      cmd->add_option("--name", name, "A label for the audit log");
+      cmd->add_option("--out", out, "Write the token to this file (mode 0600) instead of printing it");
+      cmd->callback([exit_code] {
+        pb::IssueTokenRequest q;
+        q.set_role(role);
+        q.set_tenant(tenant);
+        q.set_name(name);
+        *exit_code = RunCall<pb::IssueTokenResponse>(f, nullptr, [&](Client& c, pb::IssueTokenResponse* r) {
+          grpc::Status g = c.admin->IssueToken(c.Ctx().get(), q, r);
+          if (g.ok() && !out.empty()) {
+            std::FILE* fp = std::fopen(out.c_str(), "w");
+            if (!fp) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "out: cannot write " + out);
+            ::fchmod(fileno(fp), 0600);
+            std::fprintf(fp, "%s\n", r->token().c_str());
+            std::fclose(fp);
+            r->set_token("(written to " + out + ")");
+          }
+          return g;
+        });
+      });
+    }
+    {
+      auto* cmd = token->add_subcommand("revoke", "Revoke a token by id (idempotent)");
+      static ClientFlags f;
+      static uint64_t id = 0;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("token_id", id, "Token id")->required();
+      cmd->callback([exit_code] {
+        pb::RevokeTokenRequest q;
+        q.set_token_id(id);
+        *exit_code = RunCall<pb::RevokeTokenResponse>(
+            f, nullptr, [&](Client& c, pb::RevokeTokenResponse* r) { return c.admin->RevokeToken(c.Ctx().get(), q, r); });
+      });
+    }
+  }
+
+  // ---- bench server (under the `bench` family registered by cmd_bench.cc) ----
+  {
+    CLI::App* bench = nullptr;
+    try {
+      bench = app.get_subcommand("bench");
+    } catch (const CLI::OptionNotFound&) {
+      bench = app.add_subcommand("bench", "Benchmarks (not tests)");
+      bench->require_subcommand(1);
+    }
+    auto* cmd = bench->add_subcommand("server", "Durable bid updates per second and acknowledgement latency over gRPC");
+    static BenchFlags b;
+    AddClientFlags(cmd, &b.client);
+    cmd->add_option("--tenants", b.tenants, "Concurrent tenants (each its own connection)")->check(CLI::Range(1, 1024));
+    cmd->add_option("--seconds", b.seconds, "Measurement time")->check(CLI::Range(0.1, 3600.0));
+    cmd->add_option("--window", b.window, "Updates in flight per tenant (stream mode)")->check(CLI::Range(1, 65536));
+    cmd->add_option("--mode", b.mode, "stream (bidirectional StreamUpdates) or unary (UpdateOrder)")
+        ->check(CLI::IsMember({"stream", "unary"}));
+    cmd->callback([exit_code] { *exit_code = RunBenchServer(b); });
+  }
+
+  // ---- agent: one tenant's EconAdapter with a ready strategy ----
+  {
+    auto* cmd = app.add_subcommand("agent", "Run an EconAdapter agent for a tenant against a live server");
+    static ClientFlags f;
+    static server::AgentOptions ao;
+    static std::string value = "10", cap;
+    AddClientFlags(cmd, &f);
+    cmd->add_option("--strategy", ao.strategy, "fixed, on-demand, spot, budget, locality, migration")->required();
+    cmd->add_option("--value", value, "What a node-hour is worth, in units");
+    cmd->add_option("--cap", cap, "budget: the most per node per hour, in units");
+    cmd->add_option("--type", ao.node_type, "Hardware type wanted")->capture_default_str();
+    cmd->add_option("--location", ao.location, "Narrow to a location path, e.g. eu/eu-1a");
+    cmd->add_option("--count", ao.count, "Nodes wanted")->capture_default_str();
+    cmd->add_flag("--gang", ao.gang, "All or nothing");
+    cmd->add_option("--seconds", ao.seconds, "Stop after this long (default: until Ctrl-C)");
+    cmd->callback([exit_code] {
+      Status st = ParsePriceFlag(value, "value", &ao.value);
+      if (st.ok() && !cap.empty()) st = ParsePriceFlag(cap, "cap", &ao.cap);
+      if (st.ok()) {
+        auto tok = server::ReadTokenFile(f.token_file, "token-file");
+        if (tok.ok()) ao.connect.token = *tok;
+        else st = tok.status();
+      }
+      if (!st.ok()) {
+        *exit_code = Fail(f.json, st);
+        return;
+      }
+      ao.connect.address = f.server;
+      ao.connect.tls_ca = f.tls_ca;
+      struct sigaction sa {};
+      sa.sa_handler = OnSignal;
+      sigaction(SIGINT, &sa, nullptr);
+      sigaction(SIGTERM, &sa, nullptr);
+      static std::atomic<bool> stop{false};
+      std::thread watcher([] {
+        while (!stop) {
+          if (g_stop) stop = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      });
+      auto r = server::RunAgent(ao, &stop, [](const std::string& line) { std::fprintf(stderr, "agent: %s\n", line.c_str()); });
+      stop = true;
+      watcher.join();
+      if (!r.ok()) {
+        *exit_code = Fail(f.json, r.status());
+        return;
+      }
+      json j = {{"tenant", r->tenant}, {"held_at_end", r->held_at_end}, {"gained", r->gained}, {"lost", r->lost},
+                {"notices", r->notices}, {"charged", r->charged}, {"reprices", r->reprices},
+                {"orders_placed", r->orders_placed}, {"orders_updated", r->orders_updated},
+                {"limits_set", r->limits_set}, {"rejected", r->rejected}};
+      if (f.json) std::cout << j.dump() << "\n";
+      else PrintHuman(j);
+      *exit_code = 0;
+    });
+  }
+
+  // ---- demo live (under the `demo` family registered by cmd_demo.cc) ----
+  {
+    CLI::App* demo = nullptr;
+    try {
+      demo = app.get_subcommand("demo");
+    } catch (const CLI::OptionNotFound&) {
+      demo = app.add_subcommand("demo", "Run a demonstration");
+      demo->require_subcommand(1);
+    }
+    auto* cmd = demo->add_subcommand("live", "A live market: server, cluster and strategy agents over real gRPC");
+    static server::LiveDemoOptions lo;
+    cmd->add_option("--seconds", lo.seconds, "How long to run")->capture_default_str()->check(CLI::Range(5.0, 3600.0));
+    cmd->add_option("--cluster", lo.cluster, "Cluster YAML")->capture_default_str();
+    cmd->add_option("--db", lo.db, "Keep the journal in this SQLite file (default: a temporary one)");
+    cmd->add_flag("--json", lo.json, "Print one JSON summary (narration goes to stderr)");
+    cmd->add_flag("--quiet", lo.quiet, "Summary only");
+    cmd->callback([exit_code] { *exit_code = server::RunLiveDemo(lo); });
+  }
+}
+
+}  // namespace laissez::cli
