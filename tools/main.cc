@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
 #ifdef LAISSEZ_HAVE_SERVER
   laissez::cli::RegisterServerCommands(app, &exit_code);
 #endif
+#ifdef LAISSEZ_HAVE_DASHBOARD
+  laissez::cli::RegisterReportCommands(app, &exit_code);
+#endif
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
