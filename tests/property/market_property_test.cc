@@ -1,17 +1,39 @@
 // Property tests of the market engine: random operation sequences over small
-// random clusters, with every invariant of DESIGN.md §3/§3b checked by brute
-// force after every operation (tests/support/market_invariants.h), then the
-// same sequence replayed for determinism and with its time advances split.
+// random clusters (every public call: single, inner-vertex, locality and gang
+// orders, updates up and down, cancels, limits, relinquish, time advances
+// small, large and exactly to NextEventTime(), static / power-cap / carbon /
+// maintenance policies, parameter changes, deposits, max rates, node add and
+// remove, and deliberately bad input), checked after EVERY operation:
+//  - every invariant of tests/support/market_invariants.h (holders, book never
+//    crossed incl. gangs, pays = min(r, max(c, f)) <= limit, eviction quotes,
+//    committed and spend rates, exhaustion, money conservation, ledger sums,
+//    balances >= 0, every vertex aggregate against a brute-force recount);
+//  - a rejected call at the current time changes nothing and emits nothing;
+//  - time: now() reaches the call's time, NextEventTime() > now(), events
+//    in order inside the call's span;
+//  - budgets: an accepted raise never takes the committed rate over max_rate;
+//  - rule 1: a new single order takes an eligible node of lowest obtain price
+//    (a free one on ties);
+//  - rule 3: every ledger entry charges exactly rate x time (with the carried
+//    remainder) at the rate p(n) observed inside its interval;
+//  - price events: the last kPriceChanged per vertex equals its quote.
+// Then the same log is replayed (same events call by call, same state) and
+// replayed with extra Advance calls at random times and at NextEventTime()
+// (same events and ledger, same state).
 //
 // Runs 300 cases per property by default (a few seconds). For a longer search:
-//   RC_PARAMS="max_success=2000 max_size=200" ./market_property_test
-// A failure prints the operation log and a reproduction seed; rapidcheck
-// shrinks the sequence first.
+//   RC_PARAMS="max_success=2000" ./market_property_test
+// A failure prints the operation log, the last call's events, the state and a
+// reproduction seed; rapidcheck shrinks the sequence first. A call that never
+// returns trips a 60 s watchdog that prints the log and aborts.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -642,6 +664,44 @@ std::string CheckCharges(std::span<const LedgerEntry> ledger, const std::vector<
   return s.str();
 }
 
+// LAISSEZ_PROPERTY_TRACE=1 prints every operation before it runs, to find
+// the sequence behind a hang (rapidcheck can only report failures).
+const bool kTrace = std::getenv("LAISSEZ_PROPERTY_TRACE") != nullptr;
+
+// A call that never returns (an engine livelock) would hang the test run
+// with nothing reported. The watchdog aborts the process after 60 s without
+// progress and prints the operation log of the case in flight.
+struct Watchdog {
+  std::atomic<int64_t> progress{0};
+  std::atomic<const std::vector<Operation>*> ops{nullptr};
+  std::atomic<size_t> current{0};
+  Watchdog() {
+    std::thread([this] {
+      int64_t seen = -1;
+      int idle = 0;
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        int64_t p = progress.load();
+        idle = p == seen ? idle + 1 : 0;
+        seen = p;
+        if (idle >= 60 && ops.load() != nullptr) {
+          const auto* log = ops.load();
+          std::fprintf(stderr, "watchdog: operation #%zu has not returned for 60 s; the case's log:\n",
+                       current.load());
+          for (size_t i = 0; i < log->size() && i <= current.load(); ++i) {
+            std::fprintf(stderr, "  #%zu %s\n", i, Describe((*log)[i]).c_str());
+          }
+          std::abort();
+        }
+      }
+    }).detach();
+  }
+};
+Watchdog& Dog() {
+  static Watchdog* w = new Watchdog;
+  return *w;
+}
+
 // 300 cases per property by default (a few seconds); RC_PARAMS overrides.
 // Set before rapidcheck reads its configuration on the first property.
 const bool kDefaultParams = [] {
@@ -703,7 +763,36 @@ void CheckRandomSequence(Profile profile) {
       committed_before.push_back(tv.ok() ? tv->committed_rate : 0);
     }
 
+    // Rule 1: a new single-node order takes the eligible node with the lowest
+    // obtain price (ties: free first). Candidates are computed before the call.
+    struct Candidate {
+      NodeId node;
+      Price obtain;
+      bool free;
+    };
+    std::vector<Candidate> candidates;
+    const auto* place = std::get_if<OpPlaceOrder>(&op.body);
+    bool check_choice = place != nullptr && place->spec.count == 1 && op.time == a.now() && !stuck;
+    if (check_choice) {
+      OrderView probe;
+      probe.tenant = place->tenant;
+      probe.spec = place->spec;
+      for (uint32_t i = 0; i < a.topology().node_count(); ++i) {
+        NodeId n(i);
+        if (!a.topology().IsLiveNode(n) || !testsupport::Eligible(a, probe, n)) continue;
+        auto v = a.GetNode(n);
+        if (!v.ok() || ((v->status == NodeStatus::kHeld || v->status == NodeStatus::kContested) && v->holder == place->tenant)) {
+          continue;
+        }
+        candidates.push_back({n, testsupport::BruteObtain(a, n), v->status == NodeStatus::kFree});
+      }
+    }
+    if (kTrace) std::fprintf(stderr, "trace #%zu %s\n", results.size(), Describe(op).c_str());
+    Dog().ops.store(&ops);
+    Dog().current.store(results.size());
+    ++Dog().progress;
     ApplyResult r = Apply(a, op);
+    ++Dog().progress;
     results.push_back(r);
     gen.Created(op, r);
     batch_ends.push_back(sink_a.events.size());
@@ -727,6 +816,32 @@ void CheckRandomSequence(Profile profile) {
       if (!evs.empty()) fail("rejected operation emitted events");
     }
     if (!r.status.ok() && r.status.message().empty()) fail("error status without a message");
+    if (check_choice && r.status.ok()) {
+      NodeId chosen;
+      for (const auto& ev : evs) {
+        if (ev.order.value == r.created_id && (ev.type == EventType::kAllocated || ev.type == EventType::kNotice)) {
+          chosen = ev.node;
+          break;
+        }
+      }
+      if (chosen.valid()) {
+        ++Coverage()["match-choice-checked"];
+        Price best = kInfPrice;
+        bool free_at_best = false;
+        for (const auto& c : candidates) best = std::min(best, c.obtain);
+        for (const auto& c : candidates) free_at_best = free_at_best || (c.obtain == best && c.free);
+        auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.node == chosen; });
+        if (it == candidates.end()) {
+          fail("[match] the new order took node " + std::to_string(chosen.value) + " it is not eligible for");
+        } else if (it->obtain != best) {
+          fail("[match] the new order took node " + std::to_string(chosen.value) + " at obtain price " +
+               std::to_string(it->obtain) + ", but an eligible node was obtainable at " + std::to_string(best));
+        } else if (free_at_best && !it->free) {
+          fail("[match] the new order contested held node " + std::to_string(chosen.value) +
+               " although a free node tied at obtain price " + std::to_string(best));
+        }
+      }
+    }
     // Time: never backwards; a valid time is reached even on rejection.
     if (op.time >= now_before && a.now() != op.time) {
       fail("now() is " + std::to_string(a.now()) + " after an operation at " + std::to_string(op.time));

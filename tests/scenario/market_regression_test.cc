@@ -2,6 +2,10 @@
 // (tests/property). Each names the rule it breaks; each fails until the engine
 // is fixed. The property test steers around the ones that would otherwise
 // mask everything else (kAvoidKnownEngineBugs there).
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "market/operation.h"
 #include "tests/scenario/scenario_fixture.h"
 
@@ -172,6 +176,138 @@ TEST(RegressionTest, Regression_NextEventTimeStuckAtNowNearExhaustion) {
     }
   }
   EXPECT_EQ(stuck, 0) << "NextEventTime() was not after now() " << stuck << " times";
+}
+
+// Every public call validates and returns a Status. SetParams on an engine
+// with no nodes yet segfaults: EnsureIndex() calls topo_.Range(VertexId(0))
+// when no vertex exists. Run in a child process so the crash fails only this
+// test.
+TEST(RegressionDeathTest, Regression_SetParamsOnAnEmptyEngineCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        MarketEngine e;
+        MarketParams p;
+        p.tick = 1000;
+        std::exit(e.SetParams(0, p).ok() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// Rule 11: every call returns. The property test (contention profile, seed
+// 249) hung here: the last UpdateOrder (tenant 1 raises its gang-heavy book's
+// order 7 to 3,000,001) never returns; a stack shows
+// MarketEngine::UpdateOrder -> Impl::RunInstant -> MatchOne -> TryGang
+// looping. The full 83-operation log is replayed in a child process with a
+// watchdog, so a hang fails this test instead of the whole run.
+MarketParams Params(Micros grace, Ppm h, Price tick, Ppm alpha, Micros interval, Price beta, Micros min_hold) {
+  MarketParams p;
+  p.grace = grace;
+  p.hysteresis_ppm = h;
+  p.tick = tick;
+  p.clip_alpha_ppm = alpha;
+  p.clip_interval = interval;
+  p.decay_beta = beta;
+  p.min_hold = min_hold;
+  return p;
+}
+
+TEST(RegressionDeathTest, Regression_UpdateOrderNeverReturnsWithGangs) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<Operation> ops = {
+      {0, OpAddNode{topology::NodeInfo{"n0", "h100x8", "r0", "r0z0", "w0", "k0", {8, 640, 10200}}}},
+      {0, OpAddNode{topology::NodeInfo{"n1", "h100x8", "r0", "r0z0", "w0", "k0", {8, 640, 10200}}}},
+      {0, OpCreateTenant{"t0", 100000, 9223372036854775807}},
+      {0, OpCreateTenant{"t1", 1000000, 9223372036854775807}},
+      {0, OpCreateTenant{"t2", 10000000000, 9223372036854775807}},
+      {0, OpSetParams{Params(0, 0, 1000, 1000000, 10000000, 0, 30000000)}},
+      {3000000, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(6), 4168879, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3000001, OpSetMaxRate{TenantId(0), 20000000}},
+      {3500001, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 5904864, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3500002, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(5), 698995, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6500002, OpSetLimit{TenantId(1), NodeId(1), 2585935}},
+      {7000002, OpUpdateOrder{TenantId(2), OrderId(2), 198995}},
+      {7000003, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(5), 6500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {7000003, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(1000000), 1000000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {7500003, OpAddPolicy{StaticFloorSpec{FloorTarget{LocationId(3), NodeId(4294967295)}, 2673922}}},
+      {33500001, OpAdvance{}},
+      {33500001, OpRemovePolicy{PolicyId(0)}},
+      {36500001, OpSetParams{Params(0, 50000, 1, 0, 10000000, 1000, 0)}},
+      {37500001, OpAdvance{}},
+      {37500001, OpAddPolicy{CarbonSpec{LocationId(0), 100000000, {{37500001, 200}, {637500001, 500}, {3637500001, 100}}}}},
+      {637500001, OpAdvance{}},
+      {640500001, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(6), 1000000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {640500001, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 1000000, 3, Locality::kAny, NodeId(4294967295)}}},
+      {640500001, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(1), 6000000, 3, Locality::kAny, NodeId(4294967295)}}},
+      {640500001, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(1), 2000000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {640500001, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(3), 2000000, 2, Locality::kSameRow, NodeId(1)}}},
+      {3637500001, OpAdvance{}},
+      {3637500002, OpUpdateOrder{TenantId(2), OrderId(5), 1999999}},
+      {3638063452, OpAdvance{}},
+      {3641063452, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(6), 6500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3644063452, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(3), 1000000, 2, Locality::kAny, NodeId(4294967295)}}},
+      {3645652814, OpAdvance{}},
+      {3645652814, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(0), 1, 2, Locality::kAny, NodeId(4294967295)}}},
+      {3648652814, OpSetLimit{TenantId(2), NodeId(1), 1500000}},
+      {3648652814, OpUpdateOrder{TenantId(2), OrderId(2), 5035239}},
+      {3649152814, OpRelinquish{TenantId(2), NodeId(1)}},
+      {3652152814, OpSetLimit{TenantId(2), NodeId(1), 2499999}},
+      {3652152815, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(1), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3655152815, OpCancelOrder{TenantId(1), OrderId(6)}},
+      {3658152815, OpSetParams{Params(0, 0, 250000, 0, 10000000, 1000, 2000000)}},
+      {3658152815, OpCancelOrder{TenantId(2), OrderId(8)}},
+      {3658152815, OpSetLimit{TenantId(2), NodeId(0), 7000000}},
+      {3661152815, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(5), 4474827, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3661152815, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(0), 1500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028407025023, OpAdvance{}},
+      {6028407025024, OpAddPolicy{StaticFloorSpec{FloorTarget{LocationId(1), NodeId(4294967295)}, 1000001}}},
+      {6028407025024, OpUpdateOrder{TenantId(2), OrderId(2), 698994}},
+      {6028407025024, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(6), 4500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028407025025, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(3), 5573612, 4, Locality::kAny, NodeId(4294967295)}}},
+      {6028407525025, OpUpdateOrder{TenantId(0), OrderId(10), 1499999}},
+      {6028407525026, OpRemoveNode{NodeId(0)}},
+      {6028407525027, OpSetParams{Params(120000000, 333333, 250000, 1000000, 1000000, 1000, 30000000)}},
+      {6028407525028, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(0), 1500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028407525028, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(1), 8003013, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028407525029, OpRemoveNode{NodeId(0)}},
+      {6028408025029, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(2), 1500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028408525029, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 1, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028408525029, OpAddNode{topology::NodeInfo{"x0", "h100x8", "r0", "r0z1", "w1", "k0", {8, 640, 10200}}}},
+      {6028409025029, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(6), 4500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028412025029, OpRelinquish{TenantId(0), NodeId(0)}},
+      {6028412025029, OpAddPolicy{CarbonSpec{LocationId(1), 100000000, {{6028412025029, 200}, {6029012025029, 500}, {6032012025029, 100}}}}},
+      {6028416412540, OpAdvance{}},
+      {6028416912540, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(5), 5374775, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028417412540, OpSetLimit{TenantId(0), NodeId(1), 0}},
+      {6028417412540, OpRemoveNode{NodeId(0)}},
+      {6028421722438, OpAdvance{}},
+      {6028421722438, OpSetLimit{TenantId(0), NodeId(0), 0}},
+      {6028421722438, OpSetMaxRate{TenantId(2), 9223372036854775807}},
+      {6028421722438, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(3), 4500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028424722438, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(10), 4571973, 1, Locality::kAny, NodeId(4294967295)}}},
+      {6028424722439, OpAddPolicy{PowerCapSpec{LocationId(6), 1000, {{300000, 4000000}}}}},
+      {6028425222439, OpSetParams{Params(0, 50000, 1000, 100000, 10000000, 0, 30000000)}},
+      {6028425222439, OpUpdateOrder{TenantId(1), OrderId(7), 7000000}},
+      {6028425222439, OpUpdateOrder{TenantId(1), OrderId(7), 1000001}},
+      {6028437025095, OpAdvance{}},
+      {6028437025095, OpPlaceOrder{TenantId(2), OrderSpec{VertexId(1), 4744032, 4, Locality::kAny, NodeId(4294967295)}}},
+      {6028437025096, OpSetLimit{TenantId(0), NodeId(1), 0}},
+      {6028437025097, OpSetLimit{TenantId(0), NodeId(1), 0}},
+      {6028437025098, OpSetLimit{TenantId(1), NodeId(0), 1500001}},
+      {6028437025099, OpUpdateOrder{TenantId(0), OrderId(7), 7000000}},
+      {6028437025100, OpRelinquish{TenantId(1), NodeId(2)}},
+      {6028440025100, OpUpdateOrder{TenantId(1), OrderId(7), 1000001}},
+      {6028440025100, OpUpdateOrder{TenantId(1), OrderId(7), 3000001}},
+
+  };
+  EXPECT_EXIT(
+      {
+        alarm(20);  // A watchdog, not a timing assertion: the replay takes milliseconds.
+        MarketEngine e;
+        for (const auto& op : ops) (void)Apply(e, op);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // §3b: "A charge never takes a balance below zero: the rest is waived". The
