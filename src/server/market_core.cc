@@ -16,6 +16,14 @@ std::string EncodeJournalLine(const market::Operation& op) { return oplog::Encod
 
 Result<market::Operation> DecodeJournalLine(std::string_view line) { return oplog::DecodeOperation(line); }
 
+namespace {
+// The journal records the id each creating call got ("id"), so replay checks
+// that it assigns the same ones.
+std::string EncodeJournalRecord(const market::Operation& op, uint64_t created_id) {
+  return created_id == UINT64_MAX ? oplog::EncodeOperation(op) : oplog::EncodeOperation(op, created_id);
+}
+}  // namespace
+
 // ---------------------------------------------------------------------------
 // Subscription.
 
@@ -116,11 +124,15 @@ Status MarketCore::Start() {
     if (r.seq != expect) {
       return DataLoss("journal: record " + std::to_string(expect) + " missing (next is " + std::to_string(r.seq) + ")");
     }
-    auto op = DecodeJournalLine(r.line);
-    if (!op.ok()) return DataLoss("journal: record " + std::to_string(r.seq) + ": " + op.status().message());
-    market::ApplyResult res = market::Apply(*engine_, *op);
+    auto rec = oplog::DecodeRecord(r.line);
+    if (!rec.ok()) return DataLoss("journal: record " + std::to_string(r.seq) + ": " + rec.status().message());
+    market::ApplyResult res = market::Apply(*engine_, rec->op);
     if (!res.status.ok()) {
       return DataLoss("journal: record " + std::to_string(r.seq) + " no longer applies: " + res.status.message());
+    }
+    if (rec->created_id != oplog::kNoId && rec->created_id != res.created_id) {
+      return DataLoss("journal: record " + std::to_string(r.seq) + " created id " + std::to_string(res.created_id) +
+                      ", the journal says " + std::to_string(rec->created_id));
     }
     ++expect;
     return Status::Ok();
@@ -199,8 +211,8 @@ void MarketCore::Unsubscribe(const std::shared_ptr<Subscription>& sub) {
 // ---------------------------------------------------------------------------
 // Writer thread.
 
-void MarketCore::Journal(const std::string& actor, const market::Operation& op) {
-  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalLine(op)});
+void MarketCore::Journal(const std::string& actor, const market::Operation& op, uint64_t created_id) {
+  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalRecord(op, created_id)});
 }
 
 bool MarketCore::MaybeAdvance(bool force) {
@@ -219,7 +231,7 @@ bool MarketCore::MaybeAdvance(bool force) {
 market::ApplyResult WriterContext::Apply(market::OpBody body) {
   market::Operation op{core_->engine_->now(), std::move(body)};
   market::ApplyResult r = market::Apply(*core_->engine_, op);
-  if (r.status.ok()) core_->Journal(*actor_, op);
+  if (r.status.ok()) core_->Journal(*actor_, op, r.created_id);
   return r;
 }
 

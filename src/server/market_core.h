@@ -168,7 +168,7 @@ class MarketCore {
   void WriterLoop();
   void CommitterLoop();
   void RunBatch(std::vector<Command>& cmds);
-  void Journal(const std::string& actor, const market::Operation& op);
+  void Journal(const std::string& actor, const market::Operation& op, uint64_t created_id = UINT64_MAX);
   bool MaybeAdvance(bool force);
   void Render(std::span<const market::Event> events);
   const std::string& TenantName(TenantId id);
