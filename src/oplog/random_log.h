@@ -22,9 +22,10 @@ struct RandomLogOptions {
   // Include operator calls: parameters, floors, power caps, carbon,
   // maintenance, node additions and removals.
   bool operator_ops = true;
-  // Add nodes after matching has started. Off by default: the engine as of
-  // commit cff30f7 overruns its index on such a call (reported; see the
-  // disabled test in replay_test.cc).
+  // Add nodes after matching has started (operator calls only). Off by
+  // default: with the engine as of commit 767e993 such logs replay to a
+  // different history than the live run (see the disabled test in
+  // replay_test.cc).
   bool late_add_node = false;
   // Include calls that the engine must reject (unknown ids, other tenants' orders).
   bool bad_calls = true;

@@ -124,9 +124,14 @@ TEST(Replay, RandomLogsWithoutOperatorCallsReplayExactly) {
   }
 }
 
-// Disabled: the engine at commit cff30f7 overruns its per-type index when a
-// node is added after the index was first built (RefreshNode compares the
-// index generation before LeafIndex rebuilds the topology). Enable once fixed.
+// Disabled: with node additions after matching started, the engine as of
+// commit 767e993 is not reproducible: the live run (which reads the engine
+// between calls: GetTenant, GetOrder, OpenOrders, NextEventTime, topology
+// lookups) and the replay (which only calls) diverge, e.g. a place_order with
+// rel_to accepted live is rejected on replay ("the tenant does not hold
+// node"). Likely a lazy rebuild (topology leaf order / engine index) done
+// inside a const query changes later matching. The same seeds without late
+// additions replay exactly. Enable once the engine is fixed.
 TEST(Replay, DISABLED_RandomLogsWithLateNodeAdditions) {
   for (uint64_t seed = 200; seed < 210; ++seed) {
     RandomLogOptions opts;
@@ -136,6 +141,21 @@ TEST(Replay, DISABLED_RandomLogsWithLateNodeAdditions) {
     ExpectReplayMatches(opts, true);
     if (HasFatalFailure()) return;
   }
+}
+
+// Disabled: the engine as of commit 767e993 crashes (out-of-range read in
+// Topology::Range from EnsureIndex) when set_params is the first call, before
+// any node exists, though docs/OPLOG.md tells writers to log their
+// parameters first. Enable once the engine handles an empty topology.
+TEST(Replay, DISABLED_SetParamsBeforeAnyNode) {
+  const char* log =
+      R"({"v":1,"t":0,"op":"set_params","grace":60000000,"hysteresis_ppm":0,"tick":1,"clip_alpha_ppm":0,"clip_interval":60000000,"decay_beta":0,"min_hold":0}
+{"v":1,"t":0,"op":"add_node","id":0,"name":"n-0","type":"h100x8","region":"eu","zone":"eu-1a","row":"r1","rack":"k1"}
+)";
+  Replayer r;
+  ASSERT_TRUE(r.ReplayText(log).ok());
+  EXPECT_EQ(r.engine().params().grace, 60'000'000);
+  EXPECT_EQ(r.stats().rejected, 0u);
 }
 
 TEST(Replay, GeneratedLogsExerciseTheMarket) {
