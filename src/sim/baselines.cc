@@ -144,7 +144,7 @@ class BaselineSim final : public OnlineSim {
       if (e.count == 0) return true;
     }
     if (policy_ == BaselinePolicy::kFcfsP && TryPreempt(e, ranked[0])) return e.count == 0;
-    if (policy_ == BaselinePolicy::kSpot && incoming_[e.job] < e.count) TryReclaim(e, ranked[0]);
+    // Spot inference fleets take free capacity only (they do not reclaim).
     return false;
   }
 
@@ -253,7 +253,8 @@ class BaselineSim final : public OnlineSim {
   void Schedule() {
     const bool strict = policy_ == BaselinePolicy::kFcfs || policy_ == BaselinePolicy::kFcfsP;
     bool progress = true;
-    while (progress) {
+    // Each pass serves one entry; the bound only guards against a policy bug.
+    for (size_t passes = 0; progress && passes < 4 * queue_.size() + 64; ++passes) {
       progress = false;
       MergeRequeue();
       if (policy_ == BaselinePolicy::kSpot) {
