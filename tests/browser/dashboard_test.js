@@ -142,6 +142,7 @@ async function main() {
     await acme.fill('#watch-vertex', 'h100');
     await acme.press('#watch-vertex', 'Enter');
     await acme.waitForSelector('#t-quotes td:text("h100")', { timeout: WAIT });
+    await acme.waitForSelector('#live.ok', { timeout: WAIT });  // Resubscribed with the watch, no outage shown.
     await sleep(500);
     await shot(acme, '04-tenant-acme');
     // Isolation: neither tenant's page holds the other's name or order ids.
@@ -178,6 +179,7 @@ async function main() {
     assert.strictEqual(k2.length, 3);
     for (const n of k2) assert.strictEqual(Number(n.floor), 3000000, `floor on ${n.node}`);
     await shot(op, '06-floor-set');
+    await op.screenshot({ path: path.join(ART, '06b-operator-full.png'), fullPage: true });
 
     // --- Restart the server: the page says it is stale, then reconnects by itself.
     await stopServer();

@@ -53,8 +53,8 @@ function setLive(ok, text) {
   l.textContent = text;
 }
 async function streamLoop() {
-  const watch = state.me.role === 'tenant' ? '?watch=' + encodeURIComponent(state.watch.join(',')) : '';
   for (;;) {
+    const watch = state.me.role === 'tenant' ? '?watch=' + encodeURIComponent(state.watch.join(',')) : '';
     const controller = new AbortController();
     state.abort = controller;
     try {
@@ -85,6 +85,7 @@ async function streamLoop() {
       if (state.stopped) return;
     }
     if (state.stopped) return;
+    if (state.resubscribe) { state.resubscribe = false; continue; }  // A new watch set, not an outage.
     state.connected = false;
     setLive(false, 'Reconnecting… last update ' + (state.lastMsg ? new Date(state.lastMsg).toLocaleTimeString() : 'never'));
     await new Promise((r) => setTimeout(r, 2000));
@@ -131,22 +132,25 @@ function refreshSoon(ms) {
 }
 
 // ---- Operator view
-function color(price, lo, hi) {
+function color(price, lo, hi, light) {
   if (price === null || price === undefined) return '#9aa6b2';
   const f = hi > lo ? (price - lo) / (hi - lo) : 0.5;
   const hue = 210 - 210 * f;  // blue (cheap) to red (dear)
-  return `hsl(${hue.toFixed(0)}, 70%, 42%)`;
+  return `hsl(${hue.toFixed(0)}, 70%, ${light ? 88 : 42}%)`;
 }
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 function renderOperator(d) {
   const t = d.totals;
   $('totals').innerHTML = [
-    ['Nodes', t.nodes + ' nodes', 'nodes'], ['Utilization', (t.utilization_ppm / 1e4).toFixed(1) + ' %', 'utilization'],
-    ['Revenue', rate(t.revenue_per_hour), 'revenue'], ['Nodes in grace', t.nodes_in_grace + ' nodes', 'grace'],
-    ['Free / held / contested', `${t.free} / ${t.held} / ${t.contested}`, 'states'], ['Tenants', t.tenants + ' tenants', 'tenants'],
-    ['Resting orders', t.resting_orders + ' orders', 'orders'], ['Revenue to date', money(t.operator_revenue), 'paid'],
+    ['Nodes', plural(t.nodes, 'node', 'nodes'), 'nodes'], ['Utilization', (t.utilization_ppm / 1e4).toFixed(1) + ' %', 'utilization'],
+    ['Revenue', rate(t.revenue_per_hour), 'revenue'], ['Nodes in grace', plural(t.nodes_in_grace, 'node', 'nodes'), 'grace'],
+    ['Free / held / contested', `${t.free} / ${t.held} / ${t.contested}`, 'states'], ['Tenants', plural(t.tenants, 'tenant', 'tenants'), 'tenants'],
+    ['Resting orders', plural(t.resting_orders, 'order', 'orders'), 'orders'], ['Revenue to date', money(t.operator_revenue), 'paid'],
   ].map(([k, v, id]) => `<div class="stat" data-testid="stat-${id}"><div class="k">${esc(k)}</div><div class="v">${esc(v)}</div></div>`).join('');
 
   const heat = $('heatmap');
+  // Keep keyboard focus on the same node across re-renders.
+  const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.node : null;
   heat.textContent = '';
   const vertices = [], racks = [], locations = new Set();
   for (const ty of d.types) {
@@ -174,7 +178,9 @@ function renderOperator(d) {
               (n.deadline ? `, grace ${secondsLeft(n.deadline)} s left` : '');
             const b = el('button', { type: 'button', class: `node ${n.status}` + (n.vertex === state.histVertex ? ' sel' : ''),
               title: label, 'aria-label': label, 'data-node': n.name, 'data-status': n.status });
-            if (n.status !== 'free') b.style.background = color(n.price, lo, hi);
+            // Held nodes solid, free ones a pale tint of their quote (white when it is zero).
+            if (n.status !== 'free') b.style.background = color(n.price, lo, hi, false);
+            else if (n.price) b.style.setProperty('background', color(n.price, lo, hi, true), 'important');
             b.textContent = n.status === 'contested' ? '!' : n.status === 'reserved' ? 'r' : '';
             b.addEventListener('click', () => { $('hist-vertex').value = n.vertex; loadHistory(n.vertex); });
             kd.append(b);
@@ -187,6 +193,7 @@ function renderOperator(d) {
     }
     heat.append(box);
   }
+  if (focused) { const b = heat.querySelector(`button[data-node="${CSS.escape(focused)}"]`); if (b) b.focus(); }
   $('vertex-list').innerHTML = vertices.map((v) => `<option value="${esc(v)}">`).join('');
   fillSelect($('floor-target'), [...locations].sort());
   fillSelect($('drain-target'), racks);
@@ -225,7 +232,7 @@ async function loadHistory(vertex) {
     const width = Math.max(300, target.clientWidth || target.parentElement.clientWidth - 24);
     state.chart = new uPlot({ width, height: 200, title: 'Quote at ' + h.vertex + ' ($/h)',
       series: [{}, { label: 'quote ($/h)', stroke: '#1d5fd1', width: 2, paths: uPlot.paths.stepped({ align: 1 }), value: (u, v) => v === null ? 'none' : '$' + v.toFixed(2) + '/h' }],
-      axes: [{}, { label: '$/h', values: (u, vs) => vs.map((v) => '$' + v.toFixed(2)) }] }, [xs, ys], target);
+      axes: [{}, { size: 84, values: (u, vs) => vs.map((v) => '$' + v.toFixed(2) + '/h') }] }, [xs, ys], target);
   } catch (e) { target.textContent = e.message; }
 }
 
@@ -284,7 +291,7 @@ function renderTenant(d) {
     d.orders.map((o) => [o.id, esc(o.scope), rate(o.price), rate(o.effective_price), `${o.filled} of ${o.count}`, esc(o.state)]));
   $('t-quotes').innerHTML = table([['Vertex'], ['Quote', 1], ['Free', 1], ['Held', 1], ['Contested', 1], ['']],
     d.quotes.map((q) => q.error ? [esc(q.vertex), esc(q.error), '', '', '', ''] :
-      [esc(q.vertex), rate(q.quote), q.free + ' nodes', q.held + ' nodes', q.contested + ' nodes',
+      [esc(q.vertex), rate(q.quote), plural(q.free, 'node', 'nodes'), plural(q.held, 'node', 'nodes'), plural(q.contested, 'node', 'nodes'),
         `<button type="button" data-hist="${esc(q.vertex)}">History</button> <button type="button" data-unwatch="${esc(q.vertex)}">Unwatch</button>`]));
   $('t-ledger').innerHTML = table([['From'], ['To'], ['Node'], ['Rate', 1], ['Amount', 1], ['Waived', 1]],
     d.ledger.map((l) => [clock(l.from), clock(l.time), esc(l.node || ''), rate(l.rate), money(l.amount), money(l.waived)]));
@@ -305,6 +312,7 @@ $('watch-form').addEventListener('submit', (ev) => {
 function setWatch(list) {
   state.watch = list;
   localStorage.setItem('lz_watch', JSON.stringify(list));
+  state.resubscribe = true;
   if (state.abort) state.abort.abort();  // Resubscribe with the new set.
   refreshSoon(0);
 }
@@ -323,7 +331,10 @@ async function refresh() {
     state.data = d;
     if (state.me.role === 'tenant') renderTenant(d); else renderOperator(d);
   } catch (e) {
-    if (!state.connected) setLive(false, 'Server unreachable: ' + e.message);
+    if (!state.connected) {
+      setLive(false, 'Stale: server unreachable, reconnecting… last update ' +
+        (state.lastMsg ? new Date(state.lastMsg).toLocaleTimeString() : 'never'));
+    }
   }
 }
 setInterval(() => refreshSoon(0), 5000);
