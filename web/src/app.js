@@ -286,7 +286,7 @@ function renderTenant(d) {
   $('t-nodes').innerHTML = table([['Node'], ['Location'], ['Pays', 1], ['My limit', 1], ['Competing', 1], ['Headroom', 1], ['Floor', 1], ['Grace']],
     d.nodes.map((n) => [esc(n.name), esc(n.type + '/' + n.location), rate(n.pays), rate(n.limit), rate(n.competing),
       rate(Math.max(0, n.limit - Math.max(n.competing, n.floor))), rate(n.floor),
-      n.contested ? `<span class="grace" data-deadline="${n.deadline}">${secondsLeft(n.deadline)} s left</span> (ends ${clock(n.deadline)})` : 'safe']));
+      n.contested ? `<span class="grace" data-deadline="${n.deadline}">${secondsLeft(n.deadline)} s left</span><br><span class="muted">ends ${clock(n.deadline)}</span>` : 'safe']));
   $('t-orders').innerHTML = table([['Order', 1], ['Scope'], ['Bid', 1], ['Effective', 1], ['Nodes', 1], ['State']],
     d.orders.map((o) => [o.id, esc(o.scope), rate(o.price), rate(o.effective_price), `${o.filled} of ${o.count}`, esc(o.state)]));
   $('t-quotes').innerHTML = table([['Vertex'], ['Quote', 1], ['Free', 1], ['Held', 1], ['Contested', 1], ['']],
