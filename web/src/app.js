@@ -284,7 +284,7 @@ function renderTenant(d) {
   ].map(([k, v, id]) => `<div class="stat" data-testid="stat-${id}"><div class="k">${esc(k)}</div><div class="v">${esc(v)}</div></div>`).join('') +
     (d.exhausted ? '<div class="stat error" role="alert">Out of money: orders cancelled</div>' : '');
   $('t-nodes').innerHTML = table([['Node'], ['Location'], ['Pays', 1], ['My limit', 1], ['Competing', 1], ['Headroom', 1], ['Floor', 1], ['Grace']],
-    d.nodes.map((n) => [esc(n.name), esc(n.type + '/' + n.location), rate(n.pays), rate(n.limit), rate(n.competing),
+    d.nodes.map((n) => [esc(n.name) + `<br><span class="muted">${esc(n.type)}</span>`, esc(n.location), rate(n.pays), rate(n.limit), rate(n.competing),
       rate(Math.max(0, n.limit - Math.max(n.competing, n.floor))), rate(n.floor),
       n.contested ? `<span class="grace" data-deadline="${n.deadline}">${secondsLeft(n.deadline)} s left</span><br><span class="muted">ends ${clock(n.deadline)}</span>` : 'safe']));
   $('t-orders').innerHTML = table([['Order', 1], ['Scope'], ['Bid', 1], ['Effective', 1], ['Nodes', 1], ['State']],
