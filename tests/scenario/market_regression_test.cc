@@ -282,6 +282,84 @@ TEST(RegressionDeathTest, Regression_UpdateOrderNeverReturnsWithGangs) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// Rule 11: Advance(t) applies decay crossings in time order, and splitting
+// one Advance into several never changes the events. Found by the property
+// test (contention profile) after the engine's bug-fix round: with decay on
+// (beta 0.1/s), resting order 9 (1.02/h) should take node 1 when its decaying
+// floor crosses 1.02/h at t = 3,907,800,002. Advancing there first allocates
+// it; one Advance from 3,857,999,992 to 4,449,000,004 skips the crossing (and
+// by then a carbon floor step has lifted the floor above the order).
+TEST(RegressionTest, Regression_LongAdvanceSkipsADecayCrossing) {
+  std::vector<Operation> ops = {
+      {0, OpAddNode{topology::NodeInfo{"n0", "h100x8", "r0", "r0z0", "w0", "k0", {8, 640, 10200}}}},
+      {0, OpAddNode{topology::NodeInfo{"n1", "h100x8", "r0", "r0z0", "w0", "k0", {8, 640, 10200}}}},
+      {0, OpCreateTenant{"t0", 10000000000, 9223372036854775807}},
+      {0, OpCreateTenant{"t1", 100000000, 9223372036854775807}},
+      {0, OpCreateTenant{"t2", 1000000, 9223372036854775807}},
+      {0, OpSetParams{Params(120000000, 0, 250000, 1000000, 10000000, 100000, 2000000)}},
+      {0, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(3), 9223372036854775807, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3000000, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(6), 4500000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3603000000, OpAdvance{}},
+      {3603000000, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3603000000, OpSetLimit{TenantId(0), NodeId(1), 7500000}},
+      {3603000001, OpAdvance{}},
+      {3606000001, OpAddPolicy{MaintenanceSpec{FloorTarget{LocationId(3), NodeId(4294967295)}, 3843000002, 3844000002}}},
+      {3606000002, OpAdvance{}},
+      {3723000002, OpAdvance{}},
+      {3723000002, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(6), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3723000002, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(2), 3250001, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3723000003, OpAdvance{}},
+      {3723000004, OpAdvance{}},
+      {3723000005, OpAdvance{}},
+      {3723000005, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(0), 6000000, 2, Locality::kAny, NodeId(4294967295)}}},
+      {3723000006, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(1), 0, 3, Locality::kAny, NodeId(4294967295)}}},
+      {3723500006, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 0, 2, Locality::kSameRack, NodeId(0)}}},
+      {3723500006, OpUpdateOrder{TenantId(0), OrderId(1000000), 1000000}},
+      {3843000002, OpAdvance{}},
+      {3843000003, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(0), 0, 1, Locality::kSameRack, NodeId(0)}}},
+      {3843000003, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(3), 2, 2, Locality::kAny, NodeId(4294967295)}}},
+      {3843000004, OpUpdateOrder{TenantId(1), OrderId(3), 6500000}},
+      {3843000004, OpUpdateOrder{TenantId(0), OrderId(3), 5000000}},
+      {3843000004, OpPlaceOrder{TenantId(77), OrderSpec{VertexId(4), 1000000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3843000004, OpUpdateOrder{TenantId(0), OrderId(2), 6250001}},
+      {3843000004, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 0, 1, Locality::kSameRegion, NodeId(0)}}},
+      {3846000004, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(5), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3849000004, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(5), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3849000005, OpAddPolicy{CarbonSpec{LocationId(1), 500000000, {{3849000004, 200}, {4449000004, 500}, {7449000004, 100}}}}},
+      {3849000005, OpUpdateOrder{TenantId(0), OrderId(3), 6000000}},
+      {3849000005, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(4), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3849000006, OpAdvance{}},
+      {3852000006, OpPlaceOrder{TenantId(1), OrderSpec{VertexId(5), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3855000006, OpCancelOrder{TenantId(0), OrderId(6)}},
+      {3855000006, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(6), 1000000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3855000007, OpSetLimit{TenantId(0), NodeId(0), 5750001}},
+      {3855000007, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(2), 1020000, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3855000012, OpAdvance{}},
+      {3857465422, OpAdvance{}},
+      {3857465422, OpUpdateOrder{TenantId(0), OrderId(5), 0}},
+      {3857465422, OpUpdateOrder{TenantId(0), OrderId(3), 6000001}},
+      {3857465422, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(3), 9223372036854775807, 1, Locality::kAny, NodeId(4294967295)}}},
+      {3857999992, OpAdvance{}},
+      {3857999992, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(5), 0, 1, Locality::kAny, NodeId(4294967295)}}},
+      {4449000004, OpAdvance{}},
+      {4449000004, OpPlaceOrder{TenantId(0), OrderSpec{VertexId(0), 0, 2, Locality::kAny, NodeId(4294967295)}}},
+
+  };
+  auto run = [&](bool split) {
+    MarketEngine e;
+    testsupport::RecordingSink sink;
+    e.set_sink(&sink);
+    for (const auto& op : ops) {
+      if (split && op.time == 4'449'000'004 && e.now() < 3'907'800'002) {
+        EXPECT_TRUE(e.Advance(3'907'800'002).ok());
+      }
+      (void)Apply(e, op);
+    }
+    return EventsToString(sink.events);
+  };
+  EXPECT_EQ(run(false), run(true));
+}
+
 // §3b: "A charge never takes a balance below zero: the rest is waived". The
 // available balance (what the tenant would have if every holding were settled
 // now) must then be zero, not negative. Here the grace is raised after the
