@@ -159,7 +159,7 @@ TEST(Explain, RandomLogsExplainEveryNodeAndTenant) {
     text.push_back('\n');
   }
   int64_t paid_by_nodes = 0;
-  for (int n = 0; n < opts.nodes; ++n) {
+  for (size_t n = 0; n < engine.topology().node_count(); ++n) {  // Late additions included.
     ExplainQuery q;
     q.node = std::to_string(n);
     auto r = Explain(text, false, q);

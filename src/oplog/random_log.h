@@ -22,11 +22,8 @@ struct RandomLogOptions {
   // Include operator calls: parameters, floors, power caps, carbon,
   // maintenance, node additions and removals.
   bool operator_ops = true;
-  // Add nodes after matching has started (operator calls only). Off by
-  // default: with the engine as of commit 767e993 such logs replay to a
-  // different history than the live run (see the disabled test in
-  // replay_test.cc).
-  bool late_add_node = false;
+  // Add nodes after matching has started (operator calls only).
+  bool late_add_node = true;
   // Include calls that the engine must reject (unknown ids, other tenants' orders).
   bool bad_calls = true;
   // Shares of operator calls and of bad calls, per mille of all calls. Tests

@@ -124,15 +124,9 @@ TEST(Replay, RandomLogsWithoutOperatorCallsReplayExactly) {
   }
 }
 
-// Disabled: with node additions after matching started, the engine as of
-// commit 767e993 is not reproducible: the live run (which reads the engine
-// between calls: GetTenant, GetOrder, OpenOrders, NextEventTime, topology
-// lookups) and the replay (which only calls) diverge, e.g. a place_order with
-// rel_to accepted live is rejected on replay ("the tenant does not hold
-// node"). Likely a lazy rebuild (topology leaf order / engine index) done
-// inside a const query changes later matching. The same seeds without late
-// additions replay exactly. Enable once the engine is fixed.
-TEST(Replay, DISABLED_RandomLogsWithLateNodeAdditions) {
+// Node additions after matching started: the engine at cff30f7 overran its
+// index on them (fixed since). The random tests above include them too.
+TEST(Replay, RandomLogsWithLateNodeAdditions) {
   for (uint64_t seed = 200; seed < 210; ++seed) {
     RandomLogOptions opts;
     opts.seed = seed;
