@@ -25,6 +25,7 @@ class BaselineSim final : public OnlineSim {
     under_notice_.assign(world_.jobs.size(), 0);
     spot_bid_.assign(world_.jobs.size(), 0);
     wanted_.assign(world_.jobs.size(), 0);
+    node_notice_.assign(world_.nodes.size(), 0);
     return Status::Ok();
   }
 
@@ -86,7 +87,7 @@ class BaselineSim final : public OnlineSim {
     for (uint32_t n = 0; n < world_.nodes.size(); ++n) {
       int32_t h = holder(n);
       if (h < 0 || world_.nodes[n].type != type || static_cast<uint32_t>(h) == self) continue;
-      if (under_notice_[static_cast<size_t>(h)]) continue;
+      if (under_notice_[static_cast<size_t>(h)] || node_notice_[n]) continue;
       double p = policy_ == BaselinePolicy::kSpot ? static_cast<double>(spot_bid_[static_cast<size_t>(h)])
                                                   : Priority(static_cast<uint32_t>(h), type);
       if (p < prio) v.emplace_back(p, static_cast<uint32_t>(h), n);
@@ -207,6 +208,7 @@ class BaselineSim final : public OnlineSim {
       }
       // tag: node + 1 for one inference node, 0 for the whole batch job; the beneficiary in the high bits.
       uint64_t tag = (static_cast<uint64_t>(e.job) << 32) | (IsBatch(vj) ? 0 : static_cast<uint64_t>(n) + 1);
+      if (!IsBatch(vj)) node_notice_[n] = 1;  // Not chosen again while its notice runs.
       SetTimer(now() + kSpotNotice, vj, tag);
     }
     // Nodes freed at once: the caller's next pass can launch on them.
@@ -227,6 +229,7 @@ class BaselineSim final : public OnlineSim {
       }
     } else {
       uint32_t n = node_plus - 1;
+      node_notice_[n] = 0;
       incoming_[beneficiary] = 0;
       if (holder(n) == static_cast<int32_t>(job)) Free(job, n, false, true);
     }
@@ -340,6 +343,7 @@ class BaselineSim final : public OnlineSim {
   std::vector<Price> spot_bid_;
   std::vector<uint32_t> wanted_;
   std::vector<uint32_t> requeue_;
+  std::vector<uint8_t> node_notice_;
 };
 
 }  // namespace
