@@ -59,6 +59,7 @@ enum SchedKind : uint8_t {
   kSchedExhaust = 4,     // id: tenant
   kSchedCooldown = 5,    // id: order
   kSchedDecay = 6,       // id: node
+  kSchedPower = 7,       // id: 0; power-cap floors follow committed power one microsecond later.
 };
 
 struct SchedKey {
@@ -256,6 +257,17 @@ class MarketEngine::Impl {
   std::vector<uint8_t> node_dirty_flag_;
   std::vector<uint32_t> gangs_to_check_;
   bool power_dirty_ = false;
+  Micros power_sched_ = kNever;
+  // Committed power changed: power-cap floors are re-evaluated one microsecond
+  // later (a scheduled event), never inside the instant whose allocations
+  // changed it, so a floor that reacts to what it prices cannot loop.
+  void MarkPowerDirty() {
+    power_dirty_ = true;
+    if (power_sched_ != kNever || !has_power_policy_) return;
+    power_sched_ = SatAdd(now_, 1);
+    ScheduleAdd(power_sched_, kSchedPower, 0);
+  }
+  bool has_power_policy_ = false;
   std::vector<Price> last_quote_;  // For price events.
   std::vector<uint8_t> vertex_touched_;
   std::vector<uint32_t> touched_vertices_;
@@ -350,7 +362,6 @@ class MarketEngine::Impl {
   // ---------------------------------------------------------------- index
   void EnsureIndex() {
     if (index_generation_ == topo_.generation() && index_.size() == topo_.type_count()) return;
-    (void)topo_.Range(VertexId(0));  // Forces the topology's rebuild.
     index_generation_ = topo_.generation();
     if (options_.price_events) {
       for (uint32_t v = 0; v < topo_.vertex_count(); ++v) TouchVertex(VertexId(v));
@@ -666,7 +677,7 @@ class MarketEngine::Impl {
       ScheduleAdd(now_ + params_.min_hold, kSchedHoldExpiry, n.value);
     }
     UpdateRate(n);
-    power_dirty_ = true;
+    MarkPowerDirty();
     MarkExhaustDirty(tid);
     MarkDirty(n);
   }
@@ -703,7 +714,7 @@ class MarketEngine::Impl {
       StartDecay(n, paid_rate);
       decaying_.push_back(n.value);
     }
-    power_dirty_ = true;
+    MarkPowerDirty();
     MarkExhaustDirty(tid);
     // Orders anchored on n lose their anchor.
     auto range = rel_to_orders_.equal_range(n.value);
@@ -956,7 +967,7 @@ class MarketEngine::Impl {
       NodeState& s = nodes_[n.value];
       if (s.order_slot == slot) {
         s.order_slot = UINT32_MAX;
-        power_dirty_ = true;
+        MarkPowerDirty();
         RefreshNode(n);
       } else if (s.challenger == slot) {
         s.challenger = UINT32_MAX;
@@ -1023,7 +1034,7 @@ class MarketEngine::Impl {
         s.order_slot = c;
         StopDecay(n);
         o.claims.push_back(n);
-        power_dirty_ = true;
+        MarkPowerDirty();
         gangs_to_check_.push_back(c);
         RefreshNode(n);
       } else {
@@ -1096,7 +1107,7 @@ class MarketEngine::Impl {
         NodeState& s = nodes_[n.value];
         if (s.order_slot == slot) {
           s.order_slot = UINT32_MAX;
-          power_dirty_ = true;
+          MarkPowerDirty();
           RefreshNode(n);
         } else if (s.challenger == slot) {
           s.challenger = UINT32_MAX;
@@ -1354,7 +1365,7 @@ class MarketEngine::Impl {
       if (!s.holder.valid()) {
         s.order_slot = slot;
         StopDecay(n);
-        power_dirty_ = true;
+        MarkPowerDirty();
         Event e;
         e.type = EventType::kReserved;
         e.node = n;
@@ -1550,7 +1561,7 @@ class MarketEngine::Impl {
       int64_t committed = 0;
       for (uint32_t i = 0; i < nodes_.size(); ++i) {
         const NodeState& s = nodes_[i];
-        if (!s.alive || (!s.holder.valid() && s.order_slot == UINT32_MAX)) continue;
+        if (!s.alive || !s.holder.valid()) continue;  // Reserved nodes sit idle until their gang starts.
         if (topo_.LocationContains(pc->row, topo_.node(NodeId(i)).rack)) committed += topo_.node(NodeId(i)).meta.power_w;
       }
       Ppm util = pc->cap_w > 0 ? static_cast<Ppm>(static_cast<__int128>(committed) * kPpm / pc->cap_w) : kPpm;
@@ -1574,11 +1585,21 @@ class MarketEngine::Impl {
     auto [paid, released_at] = decay_state_.at(i);
     Price eff = EffFloor(NodeId(i));
     if (eff <= s.base_floor) return kNever;
-    Price x = 0;
+    // The next crossing is with the highest resting price still below the
+    // decaying floor; prices at or above it already had their chance (a gang
+    // short of nodes, say) and must not hide the lower ones.
+    Price x = -1;
     for (VertexId v = topo_.node(NodeId(i)).leaf; v.valid(); v = V(v).parent) {
-      if (!books_[v.value].empty()) x = std::max(x, books_[v.value].front().price);
+      if (books_.top(v.value) < 0) continue;
+      if (books_.top(v.value) < eff) {
+        x = std::max(x, books_.top(v.value));
+        continue;
+      }
+      const auto& b = books_[v.value];
+      auto it = std::lower_bound(b.begin(), b.end(), eff, [](const BookEntry& e, Price p) { return e.price >= p; });
+      if (it != b.end()) x = std::max(x, it->price);
     }
-    if (x < s.base_floor || x >= eff) return kNever;
+    if (x < 0 || x < s.base_floor || x >= eff) return kNever;
     // First t with paid - floor(beta * (t - released_at) / 1s) <= x.
     __int128 need = static_cast<__int128>(paid - x) * kMicrosPerSecond;
     __int128 d = (need + params_.decay_beta - 1) / params_.decay_beta;
@@ -1693,8 +1714,6 @@ class MarketEngine::Impl {
       }
       if (MatchOne()) continue;
       if (changed) continue;
-      // Floors depend on committed power; evaluated outside matching passes.
-      if (EvaluatePower()) continue;
       break;
     }
   }
@@ -1762,6 +1781,10 @@ class MarketEngine::Impl {
           break;
         }
         case kSchedDecay:
+          break;
+        case kSchedPower:
+          power_sched_ = kNever;
+          EvaluatePower();
           break;
       }
     }
@@ -2211,7 +2234,7 @@ Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
         if (price < 0) return InvalidArgument("steps: prices must not be negative");
         last = th;
       }
-      m.power_dirty_ = true;
+      m.has_power_policy_ = true;
     } else if (const auto* s = std::get_if<CarbonSpec>(&spec)) {
       if (!s->location.valid() || s->location.value >= m.topo_.location_count()) {
         return NotFound("location: no location with id " + Num(s->location.value));
@@ -2228,6 +2251,10 @@ Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
     m.policies_.push_back(std::move(p));
     m.RecomputeFloorsUnder(m.policies_[id]);
     m.SchedulePolicy(id);
+    if (std::holds_alternative<PowerCapSpec>(spec)) {
+      m.power_dirty_ = true;
+      m.EvaluatePower();  // An operator change applies at once.
+    }
     return PolicyId(id);
   });
 }
