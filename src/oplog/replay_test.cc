@@ -137,11 +137,9 @@ TEST(Replay, RandomLogsWithLateNodeAdditions) {
   }
 }
 
-// Disabled: the engine as of commit 767e993 crashes (out-of-range read in
-// Topology::Range from EnsureIndex) when set_params is the first call, before
-// any node exists, though docs/OPLOG.md tells writers to log their
-// parameters first. Enable once the engine handles an empty topology.
-TEST(Replay, DISABLED_SetParamsBeforeAnyNode) {
+// docs/OPLOG.md tells writers to log their parameters first: set_params
+// before any node exists must replay (the engine once crashed on it).
+TEST(Replay, SetParamsBeforeAnyNode) {
   const char* log =
       R"({"v":1,"t":0,"op":"set_params","grace":60000000,"hysteresis_ppm":0,"tick":1,"clip_alpha_ppm":0,"clip_interval":60000000,"decay_beta":0,"min_hold":0}
 {"v":1,"t":0,"op":"add_node","id":0,"name":"n-0","type":"h100x8","region":"eu","zone":"eu-1a","row":"r1","rack":"k1"}
