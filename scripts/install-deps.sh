@@ -9,12 +9,17 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
   libsqlite3-dev coinor-libclp-dev gnuplot-nox
   python3-grpcio python3-grpc-tools libcpp-httplib-dev
-  chromium nodejs npm
+  chromium
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (browser tests): only when the commands are missing. A
+# machine may already have them from another packaging (npm bundled with
+# nodejs), and asking apt for Debian's npm there would try to replace them.
+if ! command -v node >/dev/null 2>&1; then missing+=(nodejs); fi
+if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
