@@ -61,12 +61,6 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
       events.swap(pending_);
       for (const market::Event& e : events) {
         ++result_.metrics.engine_events;
-        if ((debug_node_ >= 0 && e.node.value == static_cast<uint32_t>(debug_node_)) ||
-            (debug_tenant_ >= 0 && (e.tenant.value == static_cast<uint32_t>(debug_tenant_) ||
-                                    e.other.value == static_cast<uint32_t>(debug_tenant_))))
-          std::fprintf(stderr, "t=%lld %s node=%u tenant=%u other=%u order=%llu reasons=%u\n", (long long)e.time,
-                       std::string(market::EventTypeName(e.type)).c_str(), e.node.value, e.tenant.value, e.other.value,
-                       (unsigned long long)e.order.value, e.reasons);
         // A transfer: the previous holder loses the node before the new one gets it.
         if (e.type == market::EventType::kTransferred && e.other.valid() && e.other != e.tenant) Route(e, e.other);
         Route(e, e.tenant);
@@ -324,8 +318,6 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   std::vector<uint32_t> active_;
   std::vector<VertexId> type_root_;
   std::vector<market::Event> pending_;
-  int debug_tenant_ = std::getenv("LAISSEZ_DEBUG_TENANT") ? std::atoi(std::getenv("LAISSEZ_DEBUG_TENANT")) : -1;
-  int debug_node_ = std::getenv("LAISSEZ_DEBUG_NODE") ? std::atoi(std::getenv("LAISSEZ_DEBUG_NODE")) : -1;
 };
 
 void JobListener::OnNodeGained(sdk::RequestId, NodeId node, Price) { sim_->Gained(job_, node.value); }
