@@ -366,9 +366,9 @@ class MarketEngine::Impl {
     if (options_.price_events) {
       for (uint32_t v = 0; v < topo_.vertex_count(); ++v) TouchVertex(VertexId(v));
     }
-    nodes_.shrink_to_fit();
-    books_.ShrinkToFit();
-    topo_.ShrinkToFit();
+    // No compaction here: callers up the stack hold references into nodes_
+    // and the topology while a rebuild can happen (a dangling NodeState& was
+    // found by the split-advance property test).
     index_.assign(topo_.type_count(), {});
     for (size_t t = 0; t < topo_.type_count(); ++t) {
       auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
@@ -2345,6 +2345,14 @@ Status MarketEngine::SetLimit(Micros t, TenantId tenant, NodeId node, Price limi
 Status MarketEngine::Relinquish(Micros t, TenantId tenant, NodeId node) {
   Impl& m = *impl_;
   return m.Call(t, [&]() -> Status { return m.RelinquishImpl(tenant, node); });
+}
+
+void MarketEngine::Compact() {
+  Impl& m = *impl_;
+  m.EnsureIndex();
+  m.nodes_.shrink_to_fit();
+  m.books_.ShrinkToFit();
+  m.topo_.ShrinkToFit();
 }
 
 const topology::Topology& MarketEngine::topology() const { return impl_->topo_; }

@@ -87,6 +87,10 @@ class MarketEngine {
   Status SetLimit(Micros t, TenantId tenant, NodeId node, Price limit);
   Status Relinquish(Micros t, TenantId tenant, NodeId node);
 
+  // Releases spare capacity after a bulk load (no effect on the market). A
+  // separate call because internal references must not move mid-operation.
+  void Compact();
+
   // ---- Queries (no side effects; they read the state as of now()) ----
   const topology::Topology& topology() const;
   const MarketParams& params() const;
