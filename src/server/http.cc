@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <charconv>
+#include <chrono>
+#include <thread>
 
 namespace laissez::server {
 
@@ -37,6 +39,10 @@ Status HttpServer::Start(const std::string& address) {
     port_ = hp.second;
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the listener runs, so a Stop() right
+  // after Start() would leave the thread in accept() forever: wait for it.
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!server_->is_running()) return Unavailable("http: listener on " + address + " did not start");
   return Status::Ok();
 }
 
