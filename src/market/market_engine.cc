@@ -958,11 +958,11 @@ class MarketEngine::Impl {
     BookInsert(o, 0);
   }
 
-  // Gang drops all claims: reserved nodes free (no decay), contests lose it.
-  void DropGang(uint32_t slot, bool cooldown) {
-    Order& o = orders_[slot];
+  // Withdraws an order's claims: nodes it reserved become free (no decay),
+  // contests it was the challenger of lose their challenger.
+  void ReleaseClaims(uint32_t slot) {
     std::vector<NodeId> claims;
-    claims.swap(o.claims);
+    claims.swap(orders_[slot].claims);
     for (NodeId n : claims) {
       NodeState& s = nodes_[n.value];
       if (s.order_slot == slot) {
@@ -976,6 +976,12 @@ class MarketEngine::Impl {
         MarkDirty(n);
       }
     }
+  }
+
+  // Gang drops all claims: reserved nodes free (no decay), contests lose it.
+  void DropGang(uint32_t slot, bool cooldown) {
+    Order& o = orders_[slot];
+    ReleaseClaims(slot);
     o.state = OrderState::kResting;
     Event e;
     e.type = EventType::kGangDropped;
@@ -1101,21 +1107,7 @@ class MarketEngine::Impl {
     if (!o.alive) return;
     BookErase(o);
     if (o.state == OrderState::kPending && !detached) {
-      std::vector<NodeId> claims;
-      claims.swap(o.claims);
-      for (NodeId n : claims) {
-        NodeState& s = nodes_[n.value];
-        if (s.order_slot == slot) {
-          s.order_slot = UINT32_MAX;
-          MarkPowerDirty();
-          RefreshNode(n);
-        } else if (s.challenger == slot) {
-          s.challenger = UINT32_MAX;
-          RefreshNode(n);
-          UpdateRate(n);
-          MarkDirty(n);
-        }
-      }
+      ReleaseClaims(slot);
     }
     o.state = OrderState::kCancelled;
     RemoveOrderFromTenant(o);
