@@ -1,7 +1,14 @@
 // `laissez simulate` and `laissez experiment`: the simulator's commands.
 #include <cstdio>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "market/operation.h"
+#ifdef LAISSEZ_HAVE_OPLOG
+#include "oplog/oplog.h"
+#endif
 
 #include "sim/experiments.h"
 #include "sim/mechanism.h"
@@ -22,11 +29,36 @@ void RegisterSimCommands(CLI::App& app, int* exit_code) {
     cmd->add_option("--mechanism", *mechanism, "laissez, ondemand, spot, fcfs, fcfsp, oracle or all");
     cmd->add_option("--seed", *seed, "Random seed");
     cmd->add_option("--out", *out, "Output directory (summary.csv, jobs.csv)");
+    auto oplog = std::make_shared<std::string>();
+#ifdef LAISSEZ_HAVE_OPLOG
+    cmd->add_option("--oplog", *oplog,
+                    "Write the LaissezCloud run's engine operations to FILE (docs/OPLOG.md; laissez replay reads it)");
+#endif
     cmd->callback([=] {
       std::vector<std::string> mechs;
       if (*mechanism == "all") mechs = sim::MechanismNames();
       else mechs = {*mechanism};
-      Status s = sim::Simulate(*scenario, mechs, *seed, *out, log);
+      market::OperationObserver observer;
+      std::shared_ptr<std::ofstream> file;
+#ifdef LAISSEZ_HAVE_OPLOG
+      if (!oplog->empty()) {
+        file = std::make_shared<std::ofstream>(*oplog, std::ios::binary | std::ios::trunc);
+        if (!*file) {
+          std::fprintf(stderr, "simulate: --oplog: cannot write '%s'\n", oplog->c_str());
+          *exit_code = 1;
+          return;
+        }
+        auto line = std::make_shared<std::string>();
+        observer = [file, line](const market::Operation& op, uint64_t created_id) {
+          line->clear();
+          oplog::AppendOperation(op, created_id, line.get());
+          *file << *line << '\n';
+        };
+      }
+#endif
+      Status s = sim::Simulate(*scenario, mechs, *seed, *out, log, observer);
+      if (file) file->flush();
+      if (file && !*file) s = DataLoss("--oplog: write to '" + *oplog + "' failed");
       if (!s.ok()) {
         std::fprintf(stderr, "simulate: %s\n", s.ToString().c_str());
         *exit_code = 1;

@@ -24,11 +24,13 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 
 #include "common/check.h"
+#include "market/operation.h"
 
 namespace laissez::market {
 namespace {
@@ -212,6 +214,19 @@ class MarketEngine::Impl {
   MarketParams params_;
   EngineOptions options_;
   EventSink* sink_ = nullptr;
+  OperationObserver observer_;
+  // Reports a call to the observer (if any) and passes its result through.
+  template <typename R>
+  R Observed(Micros t, std::optional<OpBody>& body, R result) {
+    if (observer_ && body) {
+      uint64_t id = UINT64_MAX;
+      if constexpr (!std::is_same_v<R, Status>) {
+        if (result.ok()) id = static_cast<uint64_t>(result->value);
+      }
+      observer_(Operation{t, std::move(*body)}, id);
+    }
+    return result;
+  }
   Topology topo_;
   Micros now_ = 0;
   uint64_t next_seq_ = 1;
@@ -2082,15 +2097,24 @@ MarketEngine::~MarketEngine() = default;
 
 void MarketEngine::set_sink(EventSink* sink) { impl_->sink_ = sink; }
 
+void MarketEngine::set_operation_observer(OperationObserver observer) {
+  impl_->observer_ = std::move(observer);
+  if (impl_->observer_) impl_->observer_(Operation{impl_->now_, OpSetParams{impl_->params_}}, UINT64_MAX);
+}
+
 Status MarketEngine::Advance(Micros t) {
-  return impl_->Call(t, [] { return Status::Ok(); });
+  std::optional<OpBody> body;
+  if (impl_->observer_) body.emplace(OpAdvance{});
+  return impl_->Observed(t, body, impl_->Call(t, [] { return Status::Ok(); }));
 }
 Micros MarketEngine::now() const { return impl_->now_; }
 Micros MarketEngine::NextEventTime() const { return impl_->NextTime(); }
 
 Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Result<NodeId> {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpAddNode{info});
+  auto result = m.Call(t, [&]() -> Result<NodeId> {
     LZ_ASSIGN_OR_RETURN(NodeId n, m.topo_.AddNode(info));
     m.nodes_.emplace_back();
     m.books_.Resize(m.topo_.vertex_count());
@@ -2107,11 +2131,14 @@ Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
     if (m.options_.price_events) m.TouchAncestors(m.topo_.node(n).leaf);
     return n;
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::RemoveNode(Micros t, NodeId node) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpRemoveNode{node});
+  auto result = m.Call(t, [&]() -> Status {
     LZ_RETURN_IF_ERROR(m.CheckNode(node));
     const NodeState& s = m.nodes_[node.value];
     if (s.holder.valid() || s.order_slot != UINT32_MAX) {
@@ -2130,11 +2157,14 @@ Status MarketEngine::RemoveNode(Micros t, NodeId node) {
     m.Emit(e);
     return Status::Ok();
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpSetParams{params});
+  auto result = m.Call(t, [&]() -> Status {
     LZ_RETURN_IF_ERROR(ValidateParams(params));
     MarketParams old = m.params_;
     if (old.decay_beta != params.decay_beta) {
@@ -2189,11 +2219,14 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
     }
     return Status::Ok();
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Result<PolicyId> {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpAddPolicy{spec});
+  auto result = m.Call(t, [&]() -> Result<PolicyId> {
     auto check_target = [&](const FloorTarget& tg) -> Status {
       if (tg.node.valid() == tg.location.valid()) return InvalidArgument("target: exactly one of node or location");
       if (tg.node.valid()) return m.CheckNode(tg.node);
@@ -2249,11 +2282,14 @@ Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
     }
     return PolicyId(id);
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::RemovePolicy(Micros t, PolicyId id) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpRemovePolicy{id});
+  auto result = m.Call(t, [&]() -> Status {
     if (!id.valid() || id.value >= m.policies_.size() || !m.policies_[id.value].alive) {
       return NotFound("policy: no policy with id " + Num(id.value));
     }
@@ -2263,11 +2299,14 @@ Status MarketEngine::RemovePolicy(Micros t, PolicyId id) {
     m.RecomputeFloorsUnder(p);
     return Status::Ok();
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Result<TenantId> MarketEngine::CreateTenant(Micros t, std::string name, Money balance, Price max_rate) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Result<TenantId> {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpCreateTenant{name, balance, max_rate});
+  auto result = m.Call(t, [&]() -> Result<TenantId> {
     if (name.empty()) return InvalidArgument("name: must not be empty");
     if (m.tenant_by_name_.count(name)) return AlreadyExists("name: tenant '" + name + "' already exists");
     if (balance < 0) return InvalidArgument("balance: must not be negative");
@@ -2283,11 +2322,14 @@ Result<TenantId> MarketEngine::CreateTenant(Micros t, std::string name, Money ba
     m.tenant_by_name_.emplace(std::move(name), id);
     return id;
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::Deposit(Micros t, TenantId tenant, Money amount) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpDeposit{tenant, amount});
+  auto result = m.Call(t, [&]() -> Status {
     LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));
     if (amount <= 0) return InvalidArgument("amount: must be positive");
     Tenant& tn = m.tenants_[tenant.value];
@@ -2298,45 +2340,64 @@ Status MarketEngine::Deposit(Micros t, TenantId tenant, Money amount) {
     m.MarkExhaustDirty(tenant);
     return Status::Ok();
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::SetMaxRate(Micros t, TenantId tenant, Price max_rate) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpSetMaxRate{tenant, max_rate});
+  auto result = m.Call(t, [&]() -> Status {
     LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));
     if (max_rate < 0) return InvalidArgument("max_rate: must not be negative");
     m.tenants_[tenant.value].max_rate = max_rate;
     return Status::Ok();
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Result<OrderId> MarketEngine::PlaceOrder(Micros t, TenantId tenant, const OrderSpec& spec) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Result<OrderId> { return m.Place(tenant, spec); });
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpPlaceOrder{tenant, spec});
+  auto result = m.Call(t, [&]() -> Result<OrderId> { return m.Place(tenant, spec); });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::UpdateOrder(Micros t, TenantId tenant, OrderId order, Price price) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status { return m.Update(tenant, order, price); });
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpUpdateOrder{tenant, order, price});
+  auto result = m.Call(t, [&]() -> Status { return m.Update(tenant, order, price); });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::CancelOrder(Micros t, TenantId tenant, OrderId order) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status {
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpCancelOrder{tenant, order});
+  auto result = m.Call(t, [&]() -> Status {
     LZ_ASSIGN_OR_RETURN(uint32_t slot, m.FindOwnOrder(tenant, order));
     m.CancelOrderInternal(slot, CancelReason::kByTenant);
     return Status::Ok();
   });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::SetLimit(Micros t, TenantId tenant, NodeId node, Price limit) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status { return m.SetLimitImpl(tenant, node, limit); });
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpSetLimit{tenant, node, limit});
+  auto result = m.Call(t, [&]() -> Status { return m.SetLimitImpl(tenant, node, limit); });
+  return m.Observed(t, body, std::move(result));
 }
 
 Status MarketEngine::Relinquish(Micros t, TenantId tenant, NodeId node) {
   Impl& m = *impl_;
-  return m.Call(t, [&]() -> Status { return m.RelinquishImpl(tenant, node); });
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpRelinquish{tenant, node});
+  auto result = m.Call(t, [&]() -> Status { return m.RelinquishImpl(tenant, node); });
+  return m.Observed(t, body, std::move(result));
 }
 
 void MarketEngine::Compact() {

@@ -17,6 +17,7 @@
 // the same events, state and ledger.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,6 +39,11 @@ class EventSink {
   virtual void OnEvents(std::span<const Event> events) = 0;
 };
 
+struct Operation;  // market/operation.h
+// Sees every mutating call as data, with the id it created (UINT64_MAX if none),
+// after the call ran; rejected calls too, since they still move time.
+using OperationObserver = std::function<void(const Operation& op, uint64_t created_id)>;
+
 struct EngineOptions {
   // Emit kPriceChanged for every vertex whose quote changed during a call.
   bool price_events = false;
@@ -54,6 +60,10 @@ class MarketEngine {
 
   // The sink is not owned; nullptr drops events.
   void set_sink(EventSink* sink);
+  // Records every later mutating call (an operation log, docs/OPLOG.md). It is
+  // first called with the current parameters as a set_params at now(), so a
+  // fresh engine fed the recorded operations reaches the same state.
+  void set_operation_observer(OperationObserver observer);
 
   // ---- Time ----
   // Applies everything due up to `t` in time order (rule 11). OUT_OF_RANGE if t < now().

@@ -282,3 +282,46 @@ TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
 
 }  // namespace
 }  // namespace laissez::market
+
+namespace laissez::market {
+namespace {
+
+TEST(EngineObserver, RecordedOperationsReplayToTheSameLedgerAndEvents) {
+  std::vector<std::pair<Operation, uint64_t>> log;
+  Recorder live_events;
+  MarketParams p;
+  p.grace = 30 * kMicrosPerSecond;
+  p.decay_beta = kMicroUnits / 100;
+  MarketEngine live(p);
+  live.set_sink(&live_events);
+  live.set_operation_observer([&](const Operation& op, uint64_t id) { log.emplace_back(op, id); });
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(live.AddNode(0, Node("n" + std::to_string(i), "h100", "k" + std::to_string(i % 2))).ok());
+  }
+  TenantId a = *live.CreateTenant(0, "a", 500 * kUnit), b = *live.CreateTenant(0, "b", 500 * kUnit);
+  VertexId root = live.topology().TypeRoot(TypeId(0));
+  ASSERT_TRUE(live.PlaceOrder(0, a, OrderSpec{root, 5 * kUnit, 3}).ok());
+  auto ob = live.PlaceOrder(kSec, b, OrderSpec{root, 7 * kUnit, 2});
+  ASSERT_TRUE(ob.ok());
+  EXPECT_FALSE(live.SetLimit(2 * kSec, b, NodeId(0), -1).ok());  // Rejected calls are recorded too.
+  ASSERT_TRUE(live.Advance(kMicrosPerHour).ok());
+  ASSERT_TRUE(live.Relinquish(kMicrosPerHour, b, NodeId(3)).ok());
+  ASSERT_TRUE(live.Advance(2 * kMicrosPerHour).ok());
+
+  ASSERT_EQ(log.front().first.time, 0);
+  ASSERT_TRUE(std::holds_alternative<OpSetParams>(log.front().first.body));  // Parameters first.
+  MarketEngine replay;
+  Recorder replay_events;
+  replay.set_sink(&replay_events);
+  for (const auto& [op, id] : log) {
+    ApplyResult r = Apply(replay, op);
+    EXPECT_EQ(r.created_id, id) << OpName(op.body);
+  }
+  EXPECT_EQ(replay_events.events, live_events.events);
+  EXPECT_EQ(std::vector<LedgerEntry>(replay.ledger().begin(), replay.ledger().end()),
+            std::vector<LedgerEntry>(live.ledger().begin(), live.ledger().end()));
+  EXPECT_FALSE(live.ledger().empty());
+}
+
+}  // namespace
+}  // namespace laissez::market

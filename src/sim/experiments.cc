@@ -710,7 +710,7 @@ Status RunExperiment(const std::string& name, const ExperimentOptions& options) 
 }
 
 Status Simulate(const std::string& scenario_path, const std::vector<std::string>& mechanisms, uint64_t seed,
-                const std::string& out_dir, const Log& log) {
+                const std::string& out_dir, const Log& log, market::OperationObserver observer) {
   LZ_ASSIGN_OR_RETURN(Scenario s, LoadScenario(scenario_path));
   LZ_ASSIGN_OR_RETURN(World w, BuildWorld(s, seed));
   LZ_RETURN_IF_ERROR(MakeDirs(out_dir));
@@ -720,7 +720,9 @@ Status Simulate(const std::string& scenario_path, const std::vector<std::string>
     LZ_ASSIGN_OR_RETURN(auto m, MakeMechanism(name));
     if (log) log("simulate " + s.name + ": " + name + " (" + std::to_string(w.jobs.size()) + " jobs, " +
                  std::to_string(w.nodes.size()) + " nodes, seed " + std::to_string(seed) + ")");
-    LZ_ASSIGN_OR_RETURN(RunResult r, m->Run(w, RunOptions{}));
+    RunOptions ro;
+    if (name == "laissez") ro.operation_observer = observer;
+    LZ_ASSIGN_OR_RETURN(RunResult r, m->Run(w, ro));
     summary += SummaryCsvRow(Summarize(r)) + "\n";
     std::string j = JobsCsv(w, r);
     if (!first) j = j.substr(j.find('\n') + 1);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "market/market_engine.h"
 
 namespace laissez::sim {
 
@@ -30,7 +31,9 @@ Status RunExperiment(const std::string& name, const ExperimentOptions& options);
 
 // `simulate`: runs a scenario under the given mechanisms ("all" expands) and
 // writes DIR/summary.csv (one row per mechanism) and DIR/jobs.csv (per job).
+// `observer`, if set, sees every engine operation of the LaissezCloud run.
 Status Simulate(const std::string& scenario_path, const std::vector<std::string>& mechanisms, uint64_t seed,
-                const std::string& out_dir, const std::function<void(const std::string&)>& log);
+                const std::string& out_dir, const std::function<void(const std::string&)>& log,
+                market::OperationObserver observer = nullptr);
 
 }  // namespace laissez::sim

@@ -111,6 +111,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     eo.retain_ledger = false;
     engine_ = std::make_unique<market::MarketEngine>(world_.market, eo);
     engine_->set_sink(this);
+    if (options_.operation_observer) engine_->set_operation_observer(options_.operation_observer);
     for (size_t i = 0; i < world_.infos.size(); ++i) {
       auto id = engine_->AddNode(0, world_.infos[i]);
       if (!id.ok()) return id.status();

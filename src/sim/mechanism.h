@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "market/market_engine.h"
 #include "sim/world.h"
 
 namespace laissez::sim {
@@ -77,6 +78,8 @@ struct RunOptions {
   bool sample_power = false;
   // Called now and then with the fraction of simulated time done (stderr progress).
   std::function<void(double)> progress;
+  // LaissezCloud only: sees every engine operation (simulate --oplog).
+  market::OperationObserver operation_observer;
 };
 
 class Mechanism {
