@@ -1,6 +1,7 @@
 #include "sdk/strategies.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace laissez::sdk {
 namespace {
@@ -12,6 +13,28 @@ laissez::Price Scale(laissez::Price value, Ppm ppm) {
   if (r >= kInfPrice) return kInfPrice;
   if (r < 0) return 0;
   return static_cast<laissez::Price>(r);
+}
+
+// The urgency factor (ppm) for `left` time to a deadline and `remaining`
+// work: `relaxed` at slack >= relaxed_slack, `urgent` at slack <=
+// urgent_slack, linear between.
+Ppm UrgencyFactor(Micros left, Micros remaining, Ppm relaxed, Ppm urgent, Ppm relaxed_slack, Ppm urgent_slack) {
+  if (remaining <= 0) return relaxed;
+  if (left <= 0) return urgent;
+  __int128 slack = static_cast<__int128>(left) * kPpm / remaining;  // ppm.
+  if (slack <= urgent_slack) return urgent;
+  if (slack >= relaxed_slack) return relaxed;
+  __int128 span = static_cast<__int128>(relaxed_slack) - urgent_slack;
+  if (span <= 0) return relaxed;
+  __int128 f = urgent + (static_cast<__int128>(relaxed) - urgent) * (slack - urgent_slack) / span;
+  return static_cast<Ppm>(f);
+}
+
+// A non-negative double price, saturating at kInfPrice.
+laissez::Price ToPrice(double v) {
+  if (!(v > 0)) return 0;
+  if (v >= static_cast<double>(kInfPrice)) return kInfPrice;
+  return static_cast<laissez::Price>(std::llround(v));
 }
 
 }  // namespace
@@ -56,16 +79,8 @@ Ppm DeadlineUrgency::FactorAt(Micros now) const {
   if (p_.deadline == kNever) return p_.relaxed_ppm;
   Micros remaining = p_.remaining ? p_.remaining() : 0;
   if (remaining <= 0) return p_.relaxed_ppm;
-  Micros left = p_.deadline - now;
-  if (left <= remaining) return p_.urgent_ppm;
-  // slack in ppm = left / remaining.
-  __int128 slack = static_cast<__int128>(left) * kPpm / remaining;
-  if (slack >= p_.relaxed_slack_ppm) return p_.relaxed_ppm;
-  // Linear from urgent (slack 1) to relaxed (slack relaxed_slack).
-  __int128 span = p_.relaxed_slack_ppm - kPpm;
-  if (span <= 0) return p_.relaxed_ppm;
-  __int128 f = p_.urgent_ppm + (static_cast<__int128>(p_.relaxed_ppm) - p_.urgent_ppm) * (slack - kPpm) / span;
-  return static_cast<Ppm>(f);
+  return UrgencyFactor(p_.deadline - now, remaining, p_.relaxed_ppm, p_.urgent_ppm, p_.relaxed_slack_ppm,
+                       p_.urgent_slack_ppm);
 }
 
 std::optional<laissez::Price> DeadlineUrgency::Price(const NodeSpec& spec, const OrderBookView& book) {
@@ -106,6 +121,47 @@ std::optional<laissez::Price> MigrationAware::Price(const NodeSpec& spec, const 
   std::optional<laissez::Price> p = inner_->Price(spec, book);
   if (!p || !spec.held.valid()) return p;
   return SatAdd(*p, Premium(*p));
+}
+
+CostOfDelay::CostOfDelay(Params params) : p_(std::move(params)) {}
+
+double CostOfDelay::DelayCostPerHour(Micros now, Ppm speed_ppm, bool held) const {
+  constexpr double kH = static_cast<double>(kMicrosPerHour);
+  if (speed_ppm <= 0 || p_.ideal <= 0) return 0;
+  const double speed = static_cast<double>(speed_ppm) / kPpm;
+  const double remaining = static_cast<double>(p_.remaining ? std::max<Micros>(0, p_.remaining()) : p_.ideal) / kH;
+  const double elapsed = static_cast<double>(std::max<Micros>(0, now - p_.arrival)) / kH;
+  double t = elapsed + remaining / speed;
+  if (!held) t += static_cast<double>(p_.overhead) / kH;
+  const double d = static_cast<double>(p_.ideal) / kH;
+  t = std::max(t, d);  // Retention never exceeds 1.
+  return static_cast<double>(p_.value) * d / (t * t);
+}
+
+std::optional<laissez::Price> CostOfDelay::Price(const NodeSpec& spec, const OrderBookView& book) {
+  auto it = p_.speed_ppm.find(spec.node_type);
+  if (it == p_.speed_ppm.end() || it->second <= 0) return std::nullopt;
+  const double speed = static_cast<double>(it->second) / kPpm;
+  const bool held = spec.held.valid();
+  const double amort = static_cast<double>(std::max<Micros>(1, p_.amortization));
+  if (p_.kind == Kind::kServing) {
+    double bid = static_cast<double>(p_.value) * speed;
+    if (held) bid += bid * static_cast<double>(p_.overhead) / amort;
+    return ToPrice(bid);
+  }
+  const double rate = DelayCostPerHour(book.now(), it->second, held);
+  double price = rate * speed / std::max<uint32_t>(1, p_.nodes);
+  if (held) {
+    Micros at_risk = p_.overhead + (p_.uncommitted ? std::max<Micros>(0, p_.uncommitted()) : 0);
+    price += rate * static_cast<double>(at_risk) / amort;
+  }
+  if (p_.deadline != kNever) {
+    Micros remaining = p_.remaining ? std::max<Micros>(0, p_.remaining()) : p_.ideal;
+    Ppm f = UrgencyFactor(p_.deadline - book.now(), remaining, kPpm, p_.urgent_ppm, p_.relaxed_slack_ppm,
+                          p_.urgent_slack_ppm);
+    price = price * static_cast<double>(f) / kPpm;
+  }
+  return ToPrice(price);
 }
 
 }  // namespace laissez::sdk

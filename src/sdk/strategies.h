@@ -83,7 +83,9 @@ class BudgetCapped final : public PricingStrategy {
 // Urgency that rises as a deadline nears. With `remaining()` the time the
 // remaining work needs on the preferred hardware, slack = (deadline - now) /
 // remaining. The inner price is scaled by `relaxed_ppm` while slack >=
-// `relaxed_slack_ppm`, by `urgent_ppm` once slack <= 1, and linearly between.
+// `relaxed_slack_ppm`, by `urgent_ppm` once slack <= `urgent_slack_ppm`, and
+// linearly between. The ramp ends well before slack 1: a job at slack 1 has
+// no time left for a single move, so it must already be at full urgency.
 class DeadlineUrgency final : public PricingStrategy {
  public:
   struct Params {
@@ -92,6 +94,7 @@ class DeadlineUrgency final : public PricingStrategy {
     Ppm relaxed_ppm = 500'000;          // x0.5 with plenty of slack.
     Ppm urgent_ppm = 3'000'000;         // x3 when the deadline can barely be met.
     Ppm relaxed_slack_ppm = 3'000'000;  // Slack of 3 counts as relaxed.
+    Ppm urgent_slack_ppm = 1'500'000;   // Full urgency from slack 1.5 down.
   };
   DeadlineUrgency(std::unique_ptr<PricingStrategy> inner, Params params);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
@@ -152,6 +155,60 @@ class MigrationAware final : public PricingStrategy {
 
  private:
   std::unique_ptr<PricingStrategy> inner_;
+  Params p_;
+};
+
+// CostOfDelay: the truthful bid of a tenant whose utility is the performance
+// of its own job (docs/STRATEGIES.md). The tenant declares what it knows of
+// its job; Price() answers what the job loses, in money, per node-hour
+// without the node:
+//
+// Batch (retention R = D / T: ideal duration D over time in the system T).
+//   T = time since arrival + remaining work / speed(type) (+ the restore
+//   overhead for a node not yet held); one hour of delay costs dR/dT = D / T^2.
+//   bid(type)   = value x D / T^2 x speed(type) / nodes
+//   limit(type) = bid(type) + value x D / T^2 x (overhead + uncommitted) / amortization
+//   The limit adds the migration premium: losing any held node makes the
+//   whole job pay the move (restore and save) and lose its uncommitted work.
+//   With a deadline, both are scaled by an urgency that ramps from 1 at slack
+//   `relaxed_slack_ppm` up to `urgent_ppm` at slack `urgent_slack_ppm`.
+// Serving (retention = served load / offered load).
+//   bid(type)   = value_per_served_hour x speed(type)
+//   limit(type) = bid(type) x (1 + restore / amortization)
+//   where value_per_served_hour is the tenant's money per node-hour of served
+//   load on the preferred type (for a retention utility: value / the offered
+//   node-hours it expects over its life).
+//
+// `value` is the money one unit of the tenant's utility is worth to it; with
+// equal values (equal budgets) the market maximises the sum of retentions.
+// Types absent from `speed_ppm` are not wanted. Thread-safety: none.
+class CostOfDelay final : public PricingStrategy {
+ public:
+  enum class Kind : uint8_t { kBatch, kServing };
+  struct Params {
+    Kind kind = Kind::kBatch;
+    laissez::Price value = 0;             // Money per unit of utility (batch) or per served node-hour (serving).
+    std::unordered_map<std::string, Ppm> speed_ppm;  // Throughput per type relative to the preferred one.
+    // Batch.
+    Micros arrival = 0;                   // When the job entered the system.
+    Micros ideal = 0;                     // Estimated duration alone on the preferred type.
+    uint32_t nodes = 1;                   // Gang size.
+    std::function<Micros()> remaining;    // Estimated work left as preferred-type time (null: `ideal`).
+    std::function<Micros()> uncommitted;  // Work since the last checkpoint (null: 0).
+    Micros overhead = 0;                  // Restore + save of one move (serving: restore).
+    Micros amortization = kMicrosPerHour; // Horizon over which a move's cost is charged.
+    Micros deadline = kNever;
+    Ppm urgent_ppm = 3'000'000;
+    Ppm relaxed_slack_ppm = 3'000'000;
+    Ppm urgent_slack_ppm = 1'500'000;
+  };
+  explicit CostOfDelay(Params params);
+  std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // What one hour of delay costs the whole job now, in money (batch; for tests).
+  double DelayCostPerHour(Micros now, Ppm speed_ppm, bool held) const;
+  Params& params() { return p_; }
+
+ private:
   Params p_;
 };
 
