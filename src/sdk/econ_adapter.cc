@@ -72,6 +72,8 @@ Result<VertexId> EconAdapter::ScopeOf(const NodeSpec& spec) {
 Result<RequestId> EconAdapter::Add(Request request) {
   if (request.options.empty()) return InvalidArgument("options: a request needs at least one node spec");
   if (request.count == 0) return InvalidArgument("count: must be positive");
+  if (request.mixed_types && request.gang)
+    return InvalidArgument("mixed_types: a gang runs on one type; set gang = false to mix types");
   for (const NodeSpec& o : request.options) {
     if (o.node_type.empty()) return InvalidArgument("options.node_type: must not be empty");
     auto scope = ScopeOf(o);
@@ -217,7 +219,10 @@ void EconAdapter::ApplyEvent(const market::Event& e) {
       if (rit == requests_.end()) break;
       RequestState& rs = rit->second;
       if (node_owner_.count(e.node.value)) break;  // Duplicate.
-      rs.nodes.push_back(HeldNode{e.node, e.price, false, 0});
+      int option = rs.option;
+      for (const OpenOrder& o : rs.orders)
+        if (o.id == e.order) option = o.option;
+      rs.nodes.push_back(HeldNode{e.node, e.price, false, 0, option});
       node_owner_[e.node.value] = rid;
       for (size_t i = 0; i < rs.orders.size(); ++i) {
         if (rs.orders[i].id != e.order) continue;
@@ -308,7 +313,7 @@ Status EconAdapter::Place(RequestId id, RequestState& rs, const NodeSpec& spec, 
     return placed.status();
   }
   ++stats_.orders_placed;
-  rs.orders.push_back(OpenOrder{*placed, count, 0, price});
+  rs.orders.push_back(OpenOrder{*placed, count, 0, price, rs.option});
   order_owner_[placed->value] = id;
   return Status::Ok();
 }
@@ -342,11 +347,13 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
 
   // 1. Retention limits of the held nodes.
   const uint32_t held = static_cast<uint32_t>(rs.nodes.size());
-  if (held > 0 && rs.option >= 0) {
-    NodeSpec spec = rs.request.options[static_cast<size_t>(rs.option)];
-    auto scope = ScopeOf(spec);
+  if (held > 0) {
     std::vector<HeldNode> nodes = rs.nodes;  // Relinquish may change the list.
     for (const HeldNode& h : nodes) {
+      const int option = h.option >= 0 ? h.option : rs.option;
+      if (option < 0) continue;
+      NodeSpec spec = rs.request.options[static_cast<size_t>(option)];
+      auto scope = ScopeOf(spec);
       spec.held = h.node;
       spec.count = 1;
       OrderBookView view(client_, scope.ok() ? *scope : VertexId(), h.node, h.limit, held, rs.request.count);
@@ -388,7 +395,7 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
   Price best_surplus = 0;
   const size_t n_options = rs.request.options.size();
   for (size_t i = 0; i < n_options; ++i) {
-    if (held > 0 && static_cast<int>(i) != rs.option) continue;
+    if (held > 0 && !rs.request.mixed_types && static_cast<int>(i) != rs.option) continue;
     NodeSpec spec = rs.request.options[i];
     spec.count = missing;
     spec.held = NodeId();

@@ -21,7 +21,9 @@
 //   bids on the option with the largest surplus (bid - quote), preferring an
 //   option it can obtain now, then the earlier option. While the request holds
 //   nodes, only the held nodes' option is considered (one request, one
-//   hardware type) and the locality constraint is anchored on a held node. A
+//   hardware type) unless the request has `mixed_types` (a serving fleet that
+//   may run on several types at once), and the locality constraint is
+//   anchored on a held node. A
 //   gang request places the missing nodes as one all-or-nothing order. An
 //   existing order on the same option is updated in place (price only);
 //   switching options cancels and re-places. No answer for any option cancels.
@@ -115,6 +117,9 @@ struct Request {
   std::vector<NodeSpec> options;  // Alternatives in order of preference; at least one.
   uint32_t count = 1;
   bool gang = true;  // Missing nodes are placed as one all-or-nothing order.
+  // Held nodes may be of different options (types): every option is priced
+  // for the missing nodes even while nodes are held. Not for gangs.
+  bool mixed_types = false;
 };
 
 // What the adapter reports to the tenant's code. Every method has a no-op default.
@@ -145,12 +150,14 @@ class EconAdapter {
     Price limit = 0;
     bool contested = false;
     Micros deadline = 0;
+    int option = -1;  // The request option it was obtained through.
   };
   struct OpenOrder {
     OrderId id;
     uint32_t count = 1;   // Nodes the order asks for (> 1: a gang).
     uint32_t filled = 0;  // Nodes obtained so far.
     Price price = 0;
+    int option = -1;  // The request option it was placed on.
   };
   struct RequestState {
     Request request;

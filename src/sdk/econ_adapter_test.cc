@@ -154,6 +154,55 @@ TEST_F(EconAdapterTest, NonGangRequestsPlaceOneOrderPerMissingNodeAndShrinkOnRes
   EXPECT_EQ(a.Resize(*id, 0).code(), StatusCode::kInvalidArgument);
 }
 
+// Regression: a fleet holding a100 nodes could only ever bid for a100 (one
+// request, one type), so it sat short of capacity while h100 was for sale.
+TEST_F(EconAdapterTest, MixedTypeRequestsBidOnEveryOptionWhileHolding) {
+  EconAdapter a(&client_, &value_, &listener_);
+  Request r = TwoOptions(2, /*gang=*/false);
+  r.mixed_types = true;
+  auto id = a.Add(r);
+  ASSERT_TRUE(id.ok());
+  client_.quotes[1] = kInfPrice;  // Only a100 can be had at first.
+  ASSERT_TRUE(a.Reprice().ok());
+  ASSERT_EQ(client_.calls.size(), 2u);
+  EXPECT_EQ(client_.calls[0].scope, VertexId(2));
+  market::Event e = Alloc(client_.tenant(), OrderId(client_.calls[0].id), NodeId(5), 5 * kUnit);
+  a.OnEvents({&e, 1});
+  // h100 becomes obtainable with a larger surplus: the missing node's bid moves there.
+  client_.quotes[1] = 4 * kUnit;
+  client_.calls.clear();
+  ASSERT_TRUE(a.Reprice().ok());
+  bool placed_h100 = false;
+  for (const auto& c : client_.calls) placed_h100 |= c.op == "place" && c.scope == VertexId(1);
+  EXPECT_TRUE(placed_h100);
+  market::Event e2 = Alloc(client_.tenant(), OrderId(client_.calls.back().id), NodeId(9), 10 * kUnit);
+  a.OnEvents({&e2, 1});
+  ASSERT_EQ(a.request(*id)->nodes.size(), 2u);
+  // Each held node keeps its own type's limit: a100 at 5, h100 at 10.
+  client_.calls.clear();
+  ASSERT_TRUE(a.Reprice().ok());
+  for (const auto& c : client_.calls) EXPECT_NE(c.op, "limit") << "limits already match each node's type";
+  EXPECT_EQ(a.request(*id)->nodes[0].option, 1);
+  EXPECT_EQ(a.request(*id)->nodes[1].option, 0);
+  // Without mixed_types the same situation keeps bidding on the held type only.
+  EconAdapter single(&client_, &value_, &listener_);
+  auto sid = single.Add(TwoOptions(2, /*gang=*/false));
+  client_.quotes[1] = kInfPrice;
+  ASSERT_TRUE(single.Reprice().ok());
+  uint64_t order = client_.calls.back().id;
+  market::Event e3 = Alloc(client_.tenant(), OrderId(order), NodeId(11), 5 * kUnit);
+  single.OnEvents({&e3, 1});
+  client_.quotes[1] = 4 * kUnit;
+  client_.calls.clear();
+  ASSERT_TRUE(single.Reprice().ok());
+  for (const auto& c : client_.calls) EXPECT_FALSE(c.op == "place" && c.scope == VertexId(1));
+  // Gangs cannot mix types.
+  Request g = TwoOptions(2);
+  g.mixed_types = true;
+  EXPECT_EQ(a.Add(g).status().code(), StatusCode::kInvalidArgument);
+  (void)sid;
+}
+
 TEST_F(EconAdapterTest, WithdrawsWhenTheStrategyWantsNothing) {
   FunctionStrategy none([](const NodeSpec&, const OrderBookView&) { return std::optional<Price>(); });
   EconAdapter a(&client_, &none);
