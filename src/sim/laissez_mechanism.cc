@@ -136,16 +136,59 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     return Status::Ok();
   }
 
+  // Estimated work left, as time on the preferred type, from the tenant's own
+  // duration estimate (never below a minute while the job is unfinished).
+  Micros EstimatedRemaining(uint32_t job) const {
+    const Job& j = world_.jobs[job];
+    double left_h = std::max(j.estimated_hours - WorkDone(job), 1.0 / 60);
+    return static_cast<Micros>(left_h * kMicrosPerHour);
+  }
+
+  // The truthful cost-of-delay strategy of a retention-utility tenant.
+  std::unique_ptr<sdk::PricingStrategy> CostOfDelayFor(uint32_t job, std::unordered_map<std::string, Ppm> speed) {
+    const Job& j = world_.jobs[job];
+    sdk::CostOfDelay::Params p;
+    p.speed_ppm = std::move(speed);
+    if (j.kind == JobKind::kInference) {
+      // A unit of retention is all of the offered load over the fleet's life:
+      // one node-hour of served load is worth value / offered node-hours.
+      const double offered = OfferedNodeHours(world_, job);
+      p.kind = sdk::CostOfDelay::Kind::kServing;
+      p.value = static_cast<Price>(static_cast<double>(world_.retention_value) / std::max(offered, 1e-6));
+      p.overhead = static_cast<Micros>(static_cast<double>(j.restore) * world_.overhead_estimate);
+      return std::make_unique<sdk::CostOfDelay>(std::move(p));
+    }
+    p.kind = sdk::CostOfDelay::Kind::kBatch;
+    p.value = world_.retention_value;
+    p.arrival = j.arrival;
+    p.ideal = static_cast<Micros>(j.estimated_hours * kMicrosPerHour);
+    p.nodes = j.nodes;
+    p.remaining = [this, job] { return EstimatedRemaining(job); };
+    if (world_.migration_aware) {
+      p.uncommitted = [this, job] { return static_cast<Micros>(std::max(0.0, Uncommitted(job)) * kMicrosPerHour); };
+      p.overhead = static_cast<Micros>(static_cast<double>(j.restore + j.ckpt_save) * world_.overhead_estimate);
+    }
+    p.deadline = j.deadline;
+    return std::make_unique<sdk::CostOfDelay>(std::move(p));
+  }
+
   std::unique_ptr<sdk::PricingStrategy> MakeStrategy(uint32_t job) {
     const Job& j = world_.jobs[job];
     std::unordered_map<std::string, Ppm> speed;
     for (size_t t = 0; t < world_.types.size(); ++t)
       if (j.speed[t] > 0) speed[world_.types[t].name] = static_cast<Ppm>(std::llround(j.speed[t] * kPpm));
+    if (world_.utility == Utility::kRetention) {
+      std::unique_ptr<sdk::PricingStrategy> s = CostOfDelayFor(job, std::move(speed));
+      if (world_.bid_cap != kInfPrice && j.kind == world_.bid_cap_kind)
+        s = std::make_unique<sdk::BudgetCapped>(std::move(s), world_.bid_cap);
+      return s;
+    }
+    // Value utility: money values per node-hour.
     std::unique_ptr<sdk::PricingStrategy> s = std::make_unique<sdk::ThroughputValue>(j.value, std::move(speed));
     if (j.deadline != kNever) {
       sdk::DeadlineUrgency::Params p;
       p.deadline = j.deadline;
-      p.remaining = [this, job] { return static_cast<Micros>(std::max(0.0, Remaining(job)) * kMicrosPerHour); };
+      p.remaining = [this, job] { return EstimatedRemaining(job); };
       s = std::make_unique<sdk::DeadlineUrgency>(std::move(s), std::move(p));
     }
     // A gang stops when it loses any node: each held node is worth the whole gang.
@@ -180,6 +223,8 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     }
     r.count = count;
     r.gang = j.kind != JobKind::kInference;
+    // A serving fleet runs on whatever types it can get, side by side.
+    r.mixed_types = j.kind == JobKind::kInference;
     return r;
   }
 
@@ -231,14 +276,27 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     if (!t.active) return;
     const Job& j = world_.jobs[job];
     const auto* rs = t.adapter->request(t.request);
-    double speed = 0;
-    if (rs && rs->option >= 0) {
-      speed = j.speed[static_cast<size_t>(world_.TypeIndex(rs->request.options[static_cast<size_t>(rs->option)].node_type))];
-    } else {
-      for (double s : j.speed) speed = std::max(speed, s);
+    if (!rs) return;
+    // Capacity of the held nodes (a fleet may mix types), in acquisition order.
+    std::vector<double> held;
+    double cap = 0;
+    for (const auto& h : rs->nodes) {
+      held.push_back(j.speed[static_cast<size_t>(world_.nodes[h.node.value].type)]);
+      cap += held.back();
     }
-    uint32_t count = std::max<uint32_t>(1, static_cast<uint32_t>(std::ceil(target / std::max(speed, 1e-9) - 1e-9)));
-    if (rs && rs->request.count == count) return;
+    uint32_t count = static_cast<uint32_t>(held.size());
+    if (cap < target) {
+      // Missing capacity in nodes of the best type; the next tick tops up if
+      // the market hands out slower ones.
+      double best = 0;
+      for (double s : j.speed) best = std::max(best, s);
+      count += static_cast<uint32_t>(std::ceil((target - cap) / std::max(best, 1e-9) - 1e-9));
+    } else {
+      // Resize gives back the most recently acquired nodes first.
+      while (count > 1 && cap - held[count - 1] >= target) cap -= held[--count];
+    }
+    count = std::max<uint32_t>(1, count);
+    if (rs->request.count == count) return;
     (void)t.adapter->Resize(t.request, count);
     Drain();
   }

@@ -39,6 +39,10 @@ struct JobOutcome {
   double lost_work_hours = 0; // Node-hours of preferred-type work lost (since the last checkpoint).
   Micros finish = -1;         // Completion time (batch); -1 if not finished.
   int last_type = -1;         // Type index it last ran on.
+  // The job's money value of full performance (value per node-hour x
+  // node-hours of ideal work; serving: x offered node-hours): the weight of
+  // value-weighted retention (welfare).
+  double value_weight = 0;
 };
 
 struct AllocationRecord {
@@ -54,6 +58,7 @@ struct RunMetrics {
   uint64_t power_violation_minutes = 0;  // Row-minutes with held power above the row's cap.
   double energy_mwh = 0;        // Energy of held nodes.
   double churn_per_node_day = 0;  // Grants per node per day.
+  Micros end = 0;               // When the run stopped (the horizon, or later when drained).
   uint64_t engine_events = 0;   // LaissezCloud: market events processed.
   uint64_t price_calls = 0;     // LaissezCloud: Price() calls.
   // Per tick: held power per row in watts (only when RunOptions::sample_power).

@@ -42,11 +42,16 @@ struct OnDemandT { static std::unique_ptr<Mechanism> Make() { return std::make_u
 struct SpotT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kSpot); } };
 struct FcfsT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kFcfs); } };
 struct FcfsPT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kFcfsP); } };
+struct OnDemandSfT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kOnDemandSmallest); } };
+struct OnDemandRetryT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kOnDemandRetry); } };
+struct SpotCapacityT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kSpotCapacity); } };
+struct SrptT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<BaselineMechanism>(BaselinePolicy::kSrpt); } };
 struct OracleT { static std::unique_ptr<Mechanism> Make() { return std::make_unique<OracleBound>(); } };
 
 template <typename T>
 class MechanismTest : public ::testing::Test {};
-using AllMechanisms = ::testing::Types<LaissezT, OnDemandT, SpotT, FcfsT, FcfsPT, OracleT>;
+using AllMechanisms = ::testing::Types<LaissezT, OnDemandT, OnDemandSfT, OnDemandRetryT, SpotT, SpotCapacityT, SrptT,
+                                       FcfsT, FcfsPT, OracleT>;
 TYPED_TEST_SUITE(MechanismTest, AllMechanisms);
 
 TYPED_TEST(MechanismTest, OutcomesAreWellFormed) {

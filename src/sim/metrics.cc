@@ -27,11 +27,14 @@ Summary SummarizeIf(const RunResult& r, const std::vector<bool>& include) {
   s.mechanism = r.mechanism;
   s.bound = r.bound;
   std::vector<double> ret;
-  double cost = 0;
+  double cost = 0, weighted = 0, weight = 0;
   for (size_t i = 0; i < r.jobs.size(); ++i) {
     if (!include.empty() && !include[i]) continue;
     const JobOutcome& o = r.jobs[i];
     ret.push_back(o.retention);
+    weighted += o.value_weight * o.retention;
+    weight += o.value_weight;
+    if (o.kind != JobKind::kInference && o.finish < 0) ++s.unfinished;
     cost += static_cast<double>(o.cost) / kMicroUnits;
     s.migrations += o.migrations;
     s.evictions += o.evictions;
@@ -42,6 +45,7 @@ Summary SummarizeIf(const RunResult& r, const std::vector<bool>& include) {
   for (double x : ret) sum += x;
   s.mean_retention = ret.empty() ? 0 : sum / static_cast<double>(ret.size());
   s.p10_retention = Percentile(ret, 0.10);
+  s.value_weighted_retention = weight > 0 ? weighted / weight : 0;
   s.mean_cost = ret.empty() ? 0 : cost / static_cast<double>(ret.size());
   s.utilization = r.metrics.utilization;
   s.revenue = static_cast<double>(r.metrics.revenue) / kMicroUnits;
@@ -55,19 +59,21 @@ Summary Summarize(const RunResult& r) { return SummarizeIf(r, {}); }
 
 std::string SummaryCsvHeader() {
   return "mechanism,jobs,mean_retention,p10_retention,mean_cost,migrations,evictions,lost_work_hours,"
-         "utilization,operator_revenue,power_violation_minutes,energy_mwh,churn_per_node_day,is_bound";
+         "utilization,operator_revenue,power_violation_minutes,energy_mwh,churn_per_node_day,is_bound,"
+         "value_weighted_retention,unfinished";
 }
 
 std::string SummaryCsvRow(const Summary& s) {
   if (s.bound) {
     // An upper bound on mean retention; the rest is not a schedule's and is left empty.
-    return s.mechanism + "," + std::to_string(s.jobs) + "," + Fmt(s.mean_retention) + ",,,,,,,,,,,1";
+    // Its weighted retention is not a bound on welfare (the LP maximises the unweighted mean): empty too.
+    return s.mechanism + "," + std::to_string(s.jobs) + "," + Fmt(s.mean_retention) + ",,,,,,,,,,,1,,";
   }
   return s.mechanism + "," + std::to_string(s.jobs) + "," + Fmt(s.mean_retention) + "," + Fmt(s.p10_retention) +
          "," + Fmt(s.mean_cost, 2) + "," + std::to_string(s.migrations) + "," + std::to_string(s.evictions) + "," +
          Fmt(s.lost_work_hours, 3) + "," + Fmt(s.utilization) + "," + Fmt(s.revenue, 2) + "," +
          std::to_string(s.power_violation_minutes) + "," + Fmt(s.energy_mwh, 3) + "," + Fmt(s.churn_per_node_day) +
-         ",0";
+         ",0," + Fmt(s.value_weighted_retention) + "," + std::to_string(s.unfinished);
 }
 
 std::string JobsCsv(const World& w, const RunResult& r) {

@@ -14,6 +14,9 @@ struct Summary {
   bool bound = false;
   size_t jobs = 0;
   double mean_retention = 0, p10_retention = 0;
+  // Retention weighted by each job's money value of full performance (welfare).
+  double value_weighted_retention = 0;
+  size_t unfinished = 0;  // Batch jobs not finished when the run stopped.
   double mean_cost = 0;  // Units of money per job.
   uint64_t migrations = 0, evictions = 0;
   double lost_work_hours = 0;

@@ -60,8 +60,10 @@ void OnlineSim::Record(uint32_t node, int32_t job, int32_t from) {
 void OnlineSim::AccrueInference(uint32_t job) {
   JobRun& r = runs_[job];
   const Job& j = world_.jobs[job];
-  while (r.acc_at < now_) {
-    Micros next = std::min(now_, (r.acc_at / kMinute + 1) * kMinute);
+  // Fleets live until the horizon; a drained run goes on without them.
+  const Micros until = std::min(now_, world_.horizon);
+  while (r.acc_at < until) {
+    Micros next = std::min(until, (r.acc_at / kMinute + 1) * kMinute);
     double cap = 0;
     for (size_t i = 0; i < r.nodes.size(); ++i) {
       if (r.ready_at[i] <= r.acc_at) {
@@ -165,6 +167,7 @@ void OnlineSim::StopRun(uint32_t job, bool clean) {
   ++r.version;
   ++r.yield_version;
   r.yield_at = -1;
+  r.resume_after_save = false;
 }
 
 void OnlineSim::RevokeNode(uint32_t job, uint32_t node, bool clean, bool evicted) {
@@ -215,6 +218,7 @@ void OnlineSim::Notice(uint32_t job, uint32_t node, Micros deadline) {
       plan = now_ + j.ckpt_save;
     }
   } else if (r.phase == Phase::kSaving) {
+    r.resume_after_save = false;  // Noticed again: stop when the save ends after all.
     plan = r.yield_at;
   } else {
     // Not running: no work to lose, and no reason to leave before the
@@ -231,20 +235,22 @@ void OnlineSim::Notice(uint32_t job, uint32_t node, Micros deadline) {
 void OnlineSim::CancelYield(uint32_t job) {
   JobRun& r = runs_[job];
   if (r.yield_at < 0) return;
+  if (r.phase == Phase::kSaving) {
+    // The save still completes (at `yield_at`); then the job carries on where
+    // it is, on the same nodes: no restore.
+    r.resume_after_save = true;
+    return;
+  }
   r.yield_at = -1;
   ++r.yield_version;
-  if (r.phase == Phase::kSaving) {
-    // The save still completes; then the job carries on where it is.
-    r.committed = r.frozen;
-    r.phase = Phase::kWaiting;
-    StartIfComplete(job);
-  }
 }
 
 void OnlineSim::Tick() {
   const Micros lookahead = 5 * kMinute;
   for (uint32_t j = 0; j < runs_.size(); ++j) {
-    if (world_.jobs[j].kind != JobKind::kInference || runs_[j].phase == Phase::kPending) continue;
+    if (world_.jobs[j].kind != JobKind::kInference || runs_[j].phase == Phase::kPending ||
+        runs_[j].phase == Phase::kDone)
+      continue;
     AccrueInference(j);
     double target = 0;
     for (Micros t = now_; t <= now_ + lookahead; t += kMinute) target = std::max(target, InferenceNeed(j, t));
@@ -283,20 +289,40 @@ Result<RunResult> OnlineSim::Execute(const std::string& mechanism_name) {
   runs_.assign(world_.jobs.size(), JobRun{});
   holder_.assign(world_.nodes.size(), -1);
   holder_since_.assign(world_.nodes.size(), 0);
+  open_batch_ = 0;
   for (uint32_t j = 0; j < world_.jobs.size(); ++j) {
     runs_[j].out.job = j;
     runs_[j].out.kind = world_.jobs[j].kind;
+    if (IsBatch(j)) ++open_batch_;
     Push(world_.jobs[j].arrival, Ev::kArrival, j);
   }
   LZ_RETURN_IF_ERROR(Start());
   Push(0, Ev::kTick, 0);
+  // A drained run goes on past the horizon until every batch job is done.
+  const Micros end = std::max(world_.horizon, world_.drain_limit);
+  bool fleets_gone = false;
   Micros last_external = -1;
   while (true) {
     Micros tq = queue_.empty() ? kNever : queue_.top().time;
     Micros tx = NextExternalTime();
     if (tx <= last_external) tx = kNever;  // Guard: the source made no progress.
     Micros t = std::min(tq, tx);
-    if (t > world_.horizon) break;
+    if (t > world_.horizon) {
+      if (end == world_.horizon || open_batch_ == 0 || t > end) break;
+      if (!fleets_gone) {
+        // The horizon: serving fleets leave and give their nodes back.
+        fleets_gone = true;
+        now_ = std::max(now_, world_.horizon);
+        for (uint32_t j = 0; j < runs_.size(); ++j) {
+          if (IsBatch(j) || runs_[j].phase == Phase::kDone || runs_[j].phase == Phase::kPending) continue;
+          AccrueInference(j);
+          runs_[j].phase = Phase::kDone;
+          ++runs_[j].version;
+          OnFinished(j);
+        }
+        continue;
+      }
+    }
     now_ = std::max(now_, t);
     if (tx <= tq) {
       last_external = tx;
@@ -321,12 +347,22 @@ Result<RunResult> OnlineSim::Execute(const std::string& mechanism_name) {
           r.committed = world_.jobs[e.job].ideal_hours;
           r.out.finish = now_;
           ++r.version;
+          --open_batch_;
           OnFinished(e.job);
         }
         break;
       case Ev::kYield:
         if (e.version == r.yield_version && r.yield_at == now_) {
           if (r.phase == Phase::kSaving) r.committed = r.frozen;
+          if (r.resume_after_save) {
+            // The contest ended during the save: run on from the saved state.
+            r.resume_after_save = false;
+            r.yield_at = -1;
+            ++r.yield_version;
+            r.phase = Phase::kWaiting;
+            BeginRun(e.job);
+            break;
+          }
           StopRun(e.job, /*clean=*/true);
           OnYield(e.job);
           StartIfComplete(e.job);  // Nothing was released: carry on.
@@ -337,11 +373,13 @@ Result<RunResult> OnlineSim::Execute(const std::string& mechanism_name) {
         break;
       case Ev::kTick:
         Tick();
-        if (now_ + world_.tick <= world_.horizon) Push(now_ + world_.tick, Ev::kTick, 0);
+        if (now_ + world_.tick <= end) Push(now_ + world_.tick, Ev::kTick, 0);
         break;
     }
   }
-  now_ = world_.horizon;
+  // The run ends at the horizon, or in a drained run when the last batch job
+  // finished (at most at the drain limit).
+  now_ = end == world_.horizon ? world_.horizon : std::min(end, std::max(now_, world_.horizon));
   AdvanceExternal(now_);
   // Close the books.
   for (uint32_t j = 0; j < runs_.size(); ++j) {
@@ -350,12 +388,15 @@ Result<RunResult> OnlineSim::Execute(const std::string& mechanism_name) {
     if (job.kind == JobKind::kInference) {
       AccrueInference(j);
       r.out.retention = r.needed > 0 ? std::min(1.0, r.served / r.needed) : 1.0;
+      r.out.value_weight = static_cast<double>(job.value) / kMicroUnits * r.needed;
     } else if (r.out.finish >= 0) {
+      r.out.value_weight = static_cast<double>(job.value) / kMicroUnits * job.nodes * job.ideal_hours;
       double actual = static_cast<double>(r.out.finish - job.arrival) / kHour;
       r.out.retention = actual > 0 ? std::min(1.0, job.ideal_hours / actual) : 1.0;
     } else {
       // Unfinished: its average progress rate while in the system (a finished
       // job's D / (finish - arrival) is the same rate).
+      r.out.value_weight = static_cast<double>(job.value) / kMicroUnits * job.nodes * job.ideal_hours;
       double done = DoneAt(r, job, now_);
       double life = static_cast<double>(now_ - job.arrival) / kHour;
       r.out.retention = life > 0 ? std::min(1.0, done / life) : 1.0;
@@ -370,10 +411,11 @@ Result<RunResult> OnlineSim::Execute(const std::string& mechanism_name) {
     }
   }
   RunMetrics& m = result_.metrics;
-  const double node_time = static_cast<double>(world_.nodes.size()) * static_cast<double>(world_.horizon);
+  m.end = now_;
+  const double node_time = static_cast<double>(world_.nodes.size()) * static_cast<double>(now_);
   m.utilization = node_time > 0 ? static_cast<double>(held_time_total_) / node_time : 0;
   m.energy_mwh = energy_wh_ / 1e6;
-  const double node_days = static_cast<double>(world_.nodes.size()) * static_cast<double>(world_.horizon) / (24 * kHour);
+  const double node_days = static_cast<double>(world_.nodes.size()) * static_cast<double>(now_) / (24 * kHour);
   m.churn_per_node_day = node_days > 0 ? static_cast<double>(grants_) / node_days : 0;
   for (JobRun& r : runs_) result_.jobs.push_back(r.out);
   Finish(&result_);

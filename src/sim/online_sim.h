@@ -50,6 +50,7 @@ class OnlineSim {
     Micros yield_at = -1;         // A planned clean stop.
     uint64_t yield_version = 0;   // Invalidates a planned stop.
     double frozen_committed = 0;  // Committed work when an emergency save began.
+    bool resume_after_save = false;  // The stop was cancelled mid-save: run on when it ends.
     bool ran = false;             // Has made progress on some node set.
     bool lost_since_run = false;  // Lost nodes since it last ran (the next start is a migration).
     JobOutcome out;
@@ -96,7 +97,9 @@ class OnlineSim {
   void Notice(uint32_t job, uint32_t node, Micros deadline);
   // Calls OnTimer(job, tag) at time `t`.
   void SetTimer(Micros t, uint32_t job, uint64_t tag) { Push(t, Ev::kTimer, job, tag); }
-  // Cancels a planned stop (the contest ended in the holder's favour).
+  // Cancels a planned stop (the contest ended in the holder's favour). A save
+  // already under way completes; then the job runs on where it is, without a
+  // restore (it never moved).
   void CancelYield(uint32_t job);
   // Making progress (or saving) now: a loss would cost work.
   bool IsRunning(uint32_t job) const {
@@ -108,6 +111,10 @@ class OnlineSim {
   // Work left in hours on the preferred type (batch).
   double Remaining(uint32_t job) const;
   Micros now() const { return now_; }
+  // Past the horizon of a drained run: fleets have left, batch jobs drain.
+  bool Draining() const { return now_ > world_.horizon; }
+  // Batch jobs not yet finished (arrived or not).
+  uint32_t open_batch_jobs() const { return open_batch_; }
   int32_t holder(uint32_t node) const { return holder_[node]; }
   void Record(uint32_t node, int32_t job, int32_t from);
   double InferenceNeed(uint32_t job, Micros t) const;
@@ -141,6 +148,7 @@ class OnlineSim {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
   Micros now_ = 0;
+  uint32_t open_batch_ = 0;
   Micros held_time_total_ = 0;  // Node-microseconds held (closed intervals).
   double energy_wh_ = 0;
   uint64_t grants_ = 0;

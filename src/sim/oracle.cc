@@ -15,12 +15,27 @@ Result<RunResult> OracleBound::Run(const World& w, const RunOptions& options) {
   RunResult result;
   result.mechanism = name();
   result.bound = true;
-  const double H = static_cast<double>(w.horizon) / kHour;
-  // Epochs: about 48 over the horizon, at least 15 minutes each.
-  const double len = std::max(0.25, H / 48.0);
-  const int E = static_cast<int>(std::ceil(H / len - 1e-9));
-  auto t_start = [&](int e) { return e * len; };
-  auto t_end = [&](int e) { return std::min(H, (e + 1) * len); };
+  // A drained run (World::drain_limit) lets batch jobs finish after the
+  // horizon; so does the bound.
+  const double H = static_cast<double>(std::max(w.horizon, w.drain_limit)) / kHour;
+  // Epochs: about 48 over the horizon, at least 15 minutes each; past the
+  // horizon (a drained run) each epoch is twice as long as the one before, to
+  // keep the LP small. Any partition gives a bound: a completion is credited
+  // at its epoch's start.
+  const double H0 = static_cast<double>(w.horizon) / kHour;
+  const double len = std::max(0.25, H0 / 48.0);
+  std::vector<double> bounds = {0};
+  while (bounds.back() < H - 1e-9) {
+    double step = bounds.back() < H0 - 1e-9 ? len : 2 * (bounds.back() - bounds[bounds.size() - 2]);
+    bounds.push_back(std::min(H, bounds.back() + step));
+  }
+  const int E = static_cast<int>(bounds.size()) - 1;
+  auto t_start = [&](int e) { return bounds[static_cast<size_t>(e)]; };
+  auto t_end = [&](int e) { return bounds[static_cast<size_t>(e) + 1]; };
+  auto epoch_of = [&](double t) {
+    int e = static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), t) - bounds.begin()) - 1;
+    return std::clamp(e, 0, E - 1);
+  };
   const size_t T = w.types.size();
   std::vector<double> type_nodes(T, 0);
   for (const SimNode& n : w.nodes) type_nodes[static_cast<size_t>(n.type)] += 1;
@@ -53,6 +68,7 @@ Result<RunResult> OracleBound::Run(const World& w, const RunOptions& options) {
   const size_t J = w.jobs.size();
   // Per-job value columns to read back: (job, column, coefficient).
   std::vector<std::vector<std::pair<int, double>>> value_cols(J);
+  std::vector<double> weights(J, 0);  // JobOutcome::value_weight.
   for (size_t j = 0; j < J; ++j) {
     const Job& job = w.jobs[j];
     const double a = static_cast<double>(job.arrival) / kHour;
@@ -64,7 +80,7 @@ Result<RunResult> OracleBound::Run(const World& w, const RunOptions& options) {
         double t0 = static_cast<double>(m) / 60.0;
         if (t0 >= H) break;
         double dt = std::min(1.0 / 60.0, H - t0);
-        int e = std::min(E - 1, static_cast<int>(t0 / len));
+        int e = epoch_of(t0);
         // A minute may straddle epochs only if len is not a whole number of minutes; len is.
         need_e[static_cast<size_t>(e)] += job.need[m] * dt;
         need_total += job.need[m] * dt;
@@ -72,6 +88,7 @@ Result<RunResult> OracleBound::Run(const World& w, const RunOptions& options) {
     }
     const double k = std::max<double>(1, job.nodes);
     const double D = job.ideal_hours;
+    weights[j] = static_cast<double>(job.value) / kMicroUnits * (inf ? need_total : job.nodes * D);
     // Work columns y[j,h,e] and per-epoch rows.
     std::vector<std::vector<std::pair<int, double>>> work_e(static_cast<size_t>(E));  // (col, progress coef)
     for (int e = 0; e < E; ++e) {
@@ -118,7 +135,10 @@ Result<RunResult> OracleBound::Run(const World& w, const RunOptions& options) {
     for (int e = 0; e < E; ++e) {
       double te = t_start(e);
       double v = te <= a ? 1.0 : std::min(1.0, D / (te - a));
-      int z = add_col(0, 1, v);
+      // No job completes before arrival + D, so no fraction may either:
+      // without this a job running from arrival would credit every fraction
+      // with retention 1 (each needs only its share of the work).
+      int z = add_col(0, t_end(e) + 1e-9 >= a + D ? 1.0 : 0.0, v);
       value_cols[j].emplace_back(z, v);
       coef(sum_row, z, 1.0);
       coef(wp, z, D);
@@ -159,6 +179,7 @@ Result<RunResult> OracleBound::Run(const World& w, const RunOptions& options) {
     for (auto& [c, coefv] : value_cols[j]) v += x[c] * coefv;
     if (w.jobs[j].kind == JobKind::kInference && value_cols[j].empty()) v = 1.0;
     o.retention = std::clamp(v, 0.0, 1.0);
+    o.value_weight = weights[j];
     result.jobs.push_back(o);
   }
   if (options.progress) options.progress(1.0);

@@ -28,6 +28,17 @@ const char* JobKindName(JobKind k) {
   return "?";
 }
 
+const char* UtilityName(Utility u) { return u == Utility::kValue ? "value" : "retention"; }
+
+double OfferedNodeHours(const World& world, uint32_t job) {
+  const Job& j = world.jobs[job];
+  const size_t minute = static_cast<size_t>(60 * kMicrosPerSecond);
+  const size_t end = std::min(j.need.size(), static_cast<size_t>(world.horizon) / minute);
+  double sum = 0;
+  for (size_t m = static_cast<size_t>(j.arrival) / minute; m < end; ++m) sum += j.need[m];
+  return sum / 60.0;
+}
+
 int World::TypeIndex(const std::string& name) const {
   for (size_t i = 0; i < types.size(); ++i)
     if (types[i].name == name) return static_cast<int>(i);
@@ -162,7 +173,7 @@ Result<Scenario> ParseScenario(std::string_view yaml_text) {
   Scenario s;
   try {
     static const char* kKeys[] = {"name", "description", "data_rows", "seed", "duration", "arrival_window", "tick",
-                                  "contention", "market", "tenants", "cluster", "types", "workloads"};
+                                  "contention", "drain", "market", "tenants", "cluster", "types", "workloads"};
     for (auto it = root.begin(); it != root.end(); ++it) {
       std::string k = it->first.as<std::string>();
       if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k == x; }) == std::end(kKeys))
@@ -181,6 +192,15 @@ Result<Scenario> ParseScenario(std::string_view yaml_text) {
     if (s.arrival_window <= 0 || s.arrival_window > s.duration)
       return Bad("arrival_window", "must be positive and at most the duration");
     if (s.tick <= 0) return Bad("tick", "must be positive");
+    if (const YAML::Node& d = root["drain"]) {
+      if (d.IsScalar()) {
+        s.drain = d.as<bool>();
+      } else {
+        if (d["enabled"]) s.drain = d["enabled"].as<bool>();
+        if (d["factor"]) { LZ_ASSIGN_OR_RETURN(s.drain_factor, NonNeg(d["factor"], "drain.factor")); }
+        if (s.drain_factor < 1) return Bad("drain.factor", "must be at least 1 (a multiple of the duration)");
+      }
+    }
     if (root["contention"]) { LZ_ASSIGN_OR_RETURN(s.contention, NonNeg(root["contention"], "contention")); }
     if (const YAML::Node& m = root["market"]) {
       if (m["grace"]) { LZ_ASSIGN_OR_RETURN(s.market.grace, Dur(m["grace"], "market.grace")); }
@@ -197,6 +217,17 @@ Result<Scenario> ParseScenario(std::string_view yaml_text) {
       if (t["autoscale_headroom"]) { LZ_ASSIGN_OR_RETURN(s.autoscale_headroom, NonNeg(t["autoscale_headroom"], "tenants.autoscale_headroom")); }
       if (t["budget_factor"]) { LZ_ASSIGN_OR_RETURN(s.budget_factor, NonNeg(t["budget_factor"], "tenants.budget_factor")); }
       if (t["migration_aware"]) s.migration_aware = t["migration_aware"].as<bool>();
+      if (t["utility"]) {
+        std::string u = t["utility"].as<std::string>();
+        if (u == "retention") s.utility = Utility::kRetention;
+        else if (u == "value") s.utility = Utility::kValue;
+        else return Bad("tenants.utility", "must be 'retention' or 'value', not '" + u + "'");
+      }
+      if (t["retention_value"]) {
+        LZ_ASSIGN_OR_RETURN(s.retention_value, MoneyOf(t["retention_value"], "tenants.retention_value"));
+        if (s.retention_value <= 0) return Bad("tenants.retention_value", "must be positive");
+      }
+      if (t["estimate_sigma"]) { LZ_ASSIGN_OR_RETURN(s.estimate_sigma, NonNeg(t["estimate_sigma"], "tenants.estimate_sigma")); }
       if (t["low_urgency_share"]) { LZ_ASSIGN_OR_RETURN(s.low_urgency_share, NonNeg(t["low_urgency_share"], "tenants.low_urgency_share")); }
       if (t["low_urgency"]) { LZ_ASSIGN_OR_RETURN(s.low_urgency, NonNeg(t["low_urgency"], "tenants.low_urgency")); }
     }
@@ -337,6 +368,9 @@ Result<World> BuildWorld(const Scenario& s, uint64_t seed) {
   w.seed = seed;
   w.types = s.types;
   w.horizon = s.duration;
+  w.drain_limit = s.drain ? static_cast<Micros>(static_cast<double>(s.duration) * s.drain_factor) : 0;
+  w.utility = s.utility;
+  w.retention_value = s.retention_value;
   w.market = s.market;
   w.tick = s.tick;
   w.overhead_estimate = s.overhead_estimate;
@@ -473,7 +507,16 @@ Result<World> BuildWorld(const Scenario& s, uint64_t seed) {
     }
   }
   std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.arrival < b.arrival; });
-  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].id = static_cast<uint32_t>(i);
+  // Duration estimates come from a stream of their own, so that changing
+  // `estimate_sigma` changes the estimates and nothing else (paired runs).
+  Rng est_rng(seed * 0xD1B54A32D192ED03ULL + 777);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& j = jobs[i];
+    j.id = static_cast<uint32_t>(i);
+    double z = est_rng.LogNormal(1.0, 1.0);  // exp(N(0, 1)).
+    j.estimated_hours = j.ideal_hours * std::pow(z, s.estimate_sigma);
+    if (s.utility == Utility::kRetention) j.budget = static_cast<Money>(s.budget_factor * static_cast<double>(s.retention_value));
+  }
   w.jobs = std::move(jobs);
   return w;
 }

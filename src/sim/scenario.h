@@ -47,9 +47,16 @@ struct Scenario {
   Micros duration = 48 * kMicrosPerHour;
   Micros arrival_window = 24 * kMicrosPerHour;
   Micros tick = 60 * kMicrosPerSecond;
+  // Drained protocol (World::drain_limit): run on past `duration` until every
+  // batch job has finished, at most `drain_factor` x `duration` in all.
+  bool drain = false;
+  double drain_factor = 4.0;
   double contention = 1.0;
   market::MarketParams market;
   // Tenants.
+  Utility utility = Utility::kRetention;
+  Price retention_value = 1000 * kMicroUnits;  // Money per unit of retention (retention utility).
+  double estimate_sigma = 0;  // Lognormal error of the tenants' duration estimates.
   double overhead_estimate = 1.0, urgency = 1.0, autoscale_headroom = 1.1;
   bool migration_aware = true;
   double budget_factor = 4.0;  // Budget = value x ideal node-hours x factor.

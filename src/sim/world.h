@@ -44,11 +44,25 @@ struct Job {
   double spread_factor = 1.0;   // Speed factor when the gang spans more than one rack.
   Micros deadline = kNever;     // Genomics.
   Price value = 0;              // Value per node-hour of work on the preferred type.
+  // The tenant's own estimate of `ideal_hours` (ideal x lognormal error of
+  // sigma `tenants.estimate_sigma`); what tenants and the size-aware references
+  // see. Batch only.
+  double estimated_hours = 0;
   Money budget = 0;             // Tenant budget (LaissezCloud balance).
   bool low_urgency = false;     // Its value was scaled down (fig7 groups by this).
   // Inference: load in nodes of the preferred type, one value per minute from arrival.
   std::vector<float> need;
 };
+
+// What the tenants of a world want (docs/STRATEGIES.md):
+// - kRetention: every tenant's utility is its own performance retention, worth
+//   the same `retention_value` to each (equal budgets); LaissezCloud tenants bid
+//   the truthful cost of delay (sdk::CostOfDelay). Scored by unweighted mean
+//   retention: the paper's claim.
+// - kValue: tenants bid money values per node-hour (`Job::value`); scored by
+//   value-weighted retention (welfare) and cost.
+enum class Utility : uint8_t { kRetention = 0, kValue = 1 };
+const char* UtilityName(Utility u);
 
 struct RowCap {
   int row = 0;
@@ -66,6 +80,14 @@ struct World {
   std::vector<std::pair<Ppm, Price>> power_steps;
   std::vector<Job> jobs;
   Micros horizon = 0;
+  // Drained protocol: after `horizon` the inference fleets leave and the run
+  // goes on until every batch job has finished, or until `drain_limit` (then
+  // the unfinished ones are reported apart). 0: no drain, stop at `horizon`.
+  Micros drain_limit = 0;
+  Utility utility = Utility::kRetention;
+  // Money one unit of retention is worth to every retention-utility tenant;
+  // their balance is `budget_factor` x this.
+  Price retention_value = 1000 * kMicroUnits;
   market::MarketParams market;
   Micros tick = 60 * kMicrosPerSecond;  // Market tick: tenants re-price at most once per tick.
   // The factor tenants apply to their own overhead estimates (fig15: < 1 under-, > 1 over-estimates).
@@ -82,5 +104,9 @@ struct World {
   int TypeIndex(const std::string& name) const;
   uint32_t NodesOfType(int type) const;
 };
+
+// A serving fleet's offered load over its life (arrival to the horizon), in
+// node-hours of its preferred type; 0 for batch jobs.
+double OfferedNodeHours(const World& world, uint32_t job);
 
 }  // namespace laissez::sim
