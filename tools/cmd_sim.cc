@@ -26,7 +26,9 @@ void RegisterSimCommands(CLI::App& app, int* exit_code) {
     auto seed = std::make_shared<uint64_t>(1);
     auto out = std::make_shared<std::string>("out");
     cmd->add_option("scenario", *scenario, "Scenario YAML file")->required();
-    cmd->add_option("--mechanism", *mechanism, "laissez, ondemand, spot, fcfs, fcfsp, oracle or all");
+    std::string mech_help;
+    for (const std::string& m : sim::MechanismNames()) mech_help += m + ", ";
+    cmd->add_option("--mechanism", *mechanism, mech_help + "or all");
     cmd->add_option("--seed", *seed, "Random seed");
     cmd->add_option("--out", *out, "Output directory (summary.csv, jobs.csv)");
     auto oplog = std::make_shared<std::string>();
@@ -73,17 +75,23 @@ void RegisterSimCommands(CLI::App& app, int* exit_code) {
     auto quick = std::make_shared<bool>(false);
     auto out = std::make_shared<std::string>("out");
     auto seed = std::make_shared<uint64_t>(1);
+    auto seeds = std::make_shared<size_t>(0);
     std::string names = "all";
     for (const std::string& n : sim::ExperimentNames()) names += ", " + n;
     cmd->add_option("name", *name, names)->required();
     cmd->add_flag("--quick", *quick, "Small sizes (experiment all --quick takes at most 3 minutes)");
     cmd->add_option("--out", *out, "Output directory (NAME.csv, NAME.png, NAME.svg, report.md)");
-    cmd->add_option("--seed", *seed, "Random seed");
+    cmd->add_option("--seed", *seed, "First random seed");
+    cmd->add_option("--seeds", *seeds,
+                    "Paired seeds per cell of fig6, azure-llm, robustness and heldout (seed, seed+1, ...; "
+                    "default 3 with --quick, else 10)")
+        ->check(CLI::Range(size_t{1}, size_t{1000}));
     cmd->callback([=] {
       sim::ExperimentOptions o;
       o.quick = *quick;
       o.out_dir = *out;
       o.seed = *seed;
+      o.seeds = *seeds;
       o.log = log;
       Status s = sim::RunExperiment(*name, o);
       if (!s.ok()) {

@@ -20,6 +20,7 @@ struct ExperimentOptions {
   bool quick = false;
   std::string out_dir = "out";
   uint64_t seed = 1;
+  size_t seeds = 0;          // Paired seeds per cell (seed, seed + 1, ...); 0: 3 quick, 10 full.
   std::string scenario_dir;  // Where base.yaml and friends live; default: the source tree's scenarios/.
   std::function<void(const std::string&)> log;  // Progress lines (stderr).
 };
