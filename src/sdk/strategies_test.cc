@@ -8,6 +8,7 @@ namespace laissez::sdk {
 namespace {
 
 constexpr Price kUnit = kMicroUnits;
+constexpr Micros kMinute = 60 * kMicrosPerSecond;
 
 class StrategiesTest : public ::testing::Test {
  protected:
@@ -57,8 +58,12 @@ TEST_F(StrategiesTest, UrgencyRisesAsTheDeadlineNears) {
   EXPECT_EQ(u.Price(Spec(), View()), 5 * kUnit);
   client_.now = 8 * kMicrosPerHour;  // slack 1: urgent.
   EXPECT_EQ(u.Price(Spec(), View()), 30 * kUnit);
-  client_.now = 6 * kMicrosPerHour;  // slack 2: halfway between x3 and x0.5.
-  EXPECT_EQ(u.Price(Spec(), View()), 17'500'000);
+  // Regression: urgency used to switch on fully only at slack 1, when no move
+  // fits any more. It is full from slack 1.5 (3 h left for 2 h of work).
+  client_.now = 7 * kMicrosPerHour;
+  EXPECT_EQ(u.Price(Spec(), View()), 30 * kUnit);
+  client_.now = 6 * kMicrosPerHour + 30 * kMinute;  // slack 1.75: a sixth of the way to relaxed.
+  EXPECT_EQ(u.Price(Spec(), View()), 25'833'340);
   // Monotone: the factor never falls as time passes with the same work left.
   Ppm last = 0;
   for (Micros t = 0; t <= p.deadline; t += kMicrosPerHour / 4) {
@@ -66,6 +71,81 @@ TEST_F(StrategiesTest, UrgencyRisesAsTheDeadlineNears) {
     EXPECT_GE(f, last);
     last = f;
   }
+}
+
+TEST_F(StrategiesTest, CostOfDelayBidsTheMarginalRetentionLossPerNode) {
+  // A 2-node job of 4 h (estimate), 2 h in the system, 3 h of work left.
+  CostOfDelay::Params p;
+  p.value = 1000 * kUnit;
+  p.speed_ppm = {{"h100", kPpm}, {"a100", 500'000}};
+  p.arrival = 0;
+  p.ideal = 4 * kMicrosPerHour;
+  p.nodes = 2;
+  Micros left = 3 * kMicrosPerHour;
+  p.remaining = [&] { return left; };
+  CostOfDelay c(p);
+  client_.now = 2 * kMicrosPerHour;
+  // On h100 it finishes at T = 2 + 3 = 5 h: an hour of delay costs 1000 x 4 / 25 = 160 for the job,
+  // 80 per node.
+  EXPECT_NEAR(c.DelayCostPerHour(client_.now, kPpm, /*held=*/true), 160.0 * kUnit, 1);
+  EXPECT_EQ(c.Price(Spec("h100"), View()), 80 * kUnit);
+  // On a100 (half speed) T = 2 + 6 = 8 h: 1000 x 4 / 64 x 0.5 / 2.
+  EXPECT_EQ(c.Price(Spec("a100"), View()), 15'625'000);
+  EXPECT_EQ(c.Price(Spec("l4"), View()), std::nullopt);
+  // The bid falls as the job waits (T grows) and rises as it nears completion.
+  client_.now = 4 * kMicrosPerHour;
+  EXPECT_LT(*c.Price(Spec("h100"), View()), 80 * kUnit);
+  client_.now = 2 * kMicrosPerHour;
+  left = kMicrosPerHour;
+  EXPECT_GT(*c.Price(Spec("h100"), View()), 80 * kUnit);
+}
+
+TEST_F(StrategiesTest, CostOfDelayDefendsAHeldNodeByTheMoveItWouldCost) {
+  CostOfDelay::Params p;
+  p.value = 1000 * kUnit;
+  p.speed_ppm = {{"h100", kPpm}};
+  p.ideal = 4 * kMicrosPerHour;
+  p.nodes = 2;
+  p.remaining = [] { return 2 * kMicrosPerHour; };
+  Micros uncommitted = 0;
+  p.uncommitted = [&] { return uncommitted; };
+  p.overhead = 30 * kMinute;
+  CostOfDelay c(p);
+  client_.now = 2 * kMicrosPerHour;  // T = 4 h = D: a delay hour costs 1000 / 4 = 250.
+  NodeSpec held = Spec();
+  held.held = NodeId(3);
+  // 250 / 2 per node, plus the whole job's move: 250 x 0.5 h over the 1 h amortization.
+  EXPECT_EQ(c.Price(held, View(NodeId(3))), 250 * kUnit);
+  uncommitted = 30 * kMinute;  // Work since the last checkpoint raises it.
+  EXPECT_EQ(c.Price(held, View(NodeId(3))), 375 * kUnit);
+  // A wanted node carries no premium, and pays for the restore in T.
+  EXPECT_LT(*c.Price(Spec(), View()), 125 * kUnit);
+}
+
+TEST_F(StrategiesTest, CostOfDelayRampsDeadlineUrgencyBeforeSlackOne) {
+  CostOfDelay::Params p;
+  p.value = 1000 * kUnit;
+  p.speed_ppm = {{"h100", kPpm}};
+  p.ideal = 2 * kMicrosPerHour;
+  p.remaining = [] { return 2 * kMicrosPerHour; };
+  p.deadline = 3 * kMicrosPerHour;  // Slack 1.5 at time 0: full urgency (x3).
+  CostOfDelay with(p);
+  p.deadline = kNever;
+  CostOfDelay without(p);
+  EXPECT_EQ(*with.Price(Spec(), View()), 3 * *without.Price(Spec(), View()));
+}
+
+TEST_F(StrategiesTest, CostOfDelayPricesServedLoadBySpeed) {
+  CostOfDelay::Params p;
+  p.kind = CostOfDelay::Kind::kServing;
+  p.value = 10 * kUnit;
+  p.speed_ppm = {{"h100", kPpm}, {"a100", 250'000}};
+  p.overhead = 6 * kMinute;
+  CostOfDelay c(p);
+  EXPECT_EQ(c.Price(Spec("a100"), View()), 2'500'000);
+  NodeSpec held = Spec("h100");
+  held.held = NodeId(1);
+  EXPECT_EQ(c.Price(held, View(NodeId(1))), 11 * kUnit);  // 10 + 10 x 0.1 h.
 }
 
 TEST_F(StrategiesTest, LocalityBonusAppliesOnlyToAnchoredWantedNodes) {
