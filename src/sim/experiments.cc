@@ -880,6 +880,11 @@ Status Scale(const ExperimentOptions& o, std::string* report) {
     sc.duration = c.days * 24 * kMicrosPerHour;
     sc.arrival_window = sc.duration;
     sc.contention = 1.0;
+    sc.drain = false;  // A fixed simulated span: the figure is speed.
+    // Value tenants, whose bids change only with their events, as in the
+    // earlier figures: CostOfDelay tenants re-bid every held node every minute
+    // (D / T^2 moves with time), which multiplies engine calls (PERFORMANCE.md).
+    sc.utility = Utility::kValue;
     for (WorkloadSpec& w : sc.workloads) {
       if (w.kind == JobKind::kInference) {
         w.tenants = std::max(1, c.nodes / 500);
