@@ -130,23 +130,28 @@ class BookTable {
   std::vector<std::vector<BookEntry>> pool_;
 };
 
+// Fields are ordered so that the 4-byte and 1-byte ones pack without padding.
 struct NodeState {
   TenantId holder;
+  uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
   Price limit = 0;
   Micros held_since = 0;
-  uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
-  uint32_t tenant_pos = 0;           // Index in the holder's node list.
   // Contest.
-  bool contested = false;
-  uint8_t reasons = 0;
   Micros deadline = 0;
+  Price notice_price = 0;            // The price the holder's latest notice stated.
   uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
+  uint32_t tenant_pos = 0;           // Index in the holder's node list.
   // Floors.
   Price base_floor = 0;    // Max of policy floors.
   // Charging.
   Price rate = 0;
+  // The rate of the holding's latest interval of positive length: what it
+  // paid, as opposed to a rate that took effect this instant (decay's P).
+  Price paid_rate = 0;
   Micros acc_since = 0;
   uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
+  bool contested = false;
+  uint8_t reasons = 0;
   bool alive = true;
   bool hold_scheduled = false;
   bool decaying = false;  // Has an entry in decay_state_ (rare: kept out of the hot struct).
@@ -860,14 +865,23 @@ class MarketEngine::Impl {
   }
 
   // The reasons that currently apply to n's holder, and whether a challenger is valid.
+  // - floor: a floor other than a maintenance window's is above the limit (so
+  //   `floor` is listed beside `maintenance` when such a floor applies too);
+  // - exhaustion: the holder is exhausted, or was when this contest's notice
+  //   said so: notices already sent stay (DESIGN.md 3b), so a deposit or a
+  //   relinquish that covers the nodes again does not end the contest.
   uint8_t CurrentReasons(NodeId n) const {
     const NodeState& s = nodes_[n.value];
     uint8_t r = 0;
     if (s.challenger != UINT32_MAX && ChallengerPrice(s) >= HolderBar(n)) r |= kReasonOutbid;
     Micros maint = MaintAt(n);
-    if (Floor(n) > s.limit && maint == kNever) r |= kReasonFloor;
     if (maint != kNever) r |= kReasonMaintenance;
-    if (tenants_[s.holder.value].exhausted) r |= kReasonExhaustion;
+    // Before its window starts a maintenance adds nothing to the floor.
+    Price f = maint <= now_ ? FloorBesideMaintenance(n) : Floor(n);
+    if (f > s.limit) r |= kReasonFloor;
+    if (tenants_[s.holder.value].exhausted || (s.contested && (s.reasons & kReasonExhaustion))) {
+      r |= kReasonExhaustion;
+    }
     return r;
   }
 
@@ -878,13 +892,14 @@ class MarketEngine::Impl {
   }
 
   void SendNotice(NodeId n) {
-    const NodeState& s = nodes_[n.value];
+    NodeState& s = nodes_[n.value];
+    s.notice_price = NoticePrice(n);
     Event e;
     e.type = EventType::kNotice;
     e.node = n;
     e.tenant = s.holder;
     e.reasons = s.reasons;
-    e.price = NoticePrice(n);
+    e.price = s.notice_price;
     e.deadline = s.deadline;
     if (s.challenger != UINT32_MAX) e.order = orders_[s.challenger].id;
     Emit(e);
@@ -952,7 +967,10 @@ class MarketEngine::Impl {
       SetDeadline(n, std::max(maint, now_));
       changed = true;
     }
-    if ((want & ~s.reasons) != 0) changed = true;  // A new reason: a new notice.
+    // The holder's latest notice always states the reasons and the price in
+    // force: a reason that comes or goes (a challenger leaving a contest that
+    // a floor still justifies) or a new price gives a new notice, same deadline.
+    if (want != s.reasons || NoticePrice(n) != s.notice_price) changed = true;
     s.reasons = want;
     if (changed) SendNotice(n);
     return changed;
@@ -1500,13 +1518,22 @@ class MarketEngine::Impl {
     return best;
   }
 
+  // The maximum of the policy floors on n, without maintenance windows if
+  // `with_maintenance` is false (for the `floor` reason inside a window).
+  Price PolicyFloors(NodeId n, bool with_maintenance) const {
+    Price f = 0;
+    for (const Policy& p : policies_) {
+      if (!p.alive || (!with_maintenance && std::holds_alternative<MaintenanceSpec>(p.spec))) continue;
+      if (PolicyCovers(p, n)) f = std::max(f, PolicyFloor(p, n));
+    }
+    return f;
+  }
+  Price FloorBesideMaintenance(NodeId n) const { return PolicyFloors(n, /*with_maintenance=*/false); }
+
   void RecomputeFloor(NodeId n) {
     NodeState& s = nodes_[n.value];
     if (!s.alive) return;
-    Price f = 0;
-    for (const Policy& p : policies_) {
-      if (p.alive && PolicyCovers(p, n)) f = std::max(f, PolicyFloor(p, n));
-    }
+    Price f = PolicyFloors(n, /*with_maintenance=*/true);
     Micros maint = MaintFor(n);
     if (f == s.base_floor && maint == MaintAt(n)) return;
     s.base_floor = f;
