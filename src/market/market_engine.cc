@@ -1931,6 +1931,14 @@ class MarketEngine::Impl {
       return InvalidArgument("rel_to: only allowed with a locality constraint");
     }
     Tenant& t = tenants_[tid.value];
+    // An exhausted tenant's orders are cancelled (rule 7), so a new one may
+    // not rest either: even at price 0, which the budget test lets through
+    // because it commits nothing.
+    if (t.exhausted) {
+      return ResourceExhausted("tenant: " + t.name +
+                               " is exhausted: its balance does not cover its nodes for one grace period; deposit "
+                               "or relinquish first");
+    }
     __int128 add_rate = static_cast<__int128>(spec.price) * spec.count;
     __int128 add_need = static_cast<__int128>(spec.count) * GraceCost(spec.price, params_.grace);
     LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));

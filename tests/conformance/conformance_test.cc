@@ -95,6 +95,21 @@ TEST(Conformance, ExhaustionNoticeStaysAfterTheBalanceCoversAgain) {
   EXPECT_FALSE(a->exhausted);
 }
 
+// Rule 7: an exhausted tenant's orders are cancelled, so a new order from a
+// tenant that is still exhausted is rejected, even at price 0 (which commits
+// nothing and so passes the budget test); it never rests or wins a node.
+TEST(Conformance, ExhaustedTenantCannotPlaceAnOrder) {
+  CaseRun run = ReplayCase("exhausted_tenant_new_order");
+  EXPECT_EQ(run.replayer->stats().rejected, 1u);
+  ASSERT_EQ(run.replayer->diagnostics().size(), 1u);
+  EXPECT_NE(run.replayer->diagnostics()[0].find("line 10: rejected place_order: RESOURCE_EXHAUSTED: tenant: A is exhausted"),
+            std::string::npos)
+      << run.replayer->diagnostics()[0];
+  auto a = run.replayer->engine().GetTenant(TenantId(0));
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->orders.empty());
+}
+
 // 3b: a notice carries the price max(q, f) and every reason that applies.
 // When the challenger leaves and the floor still outbids the holder, the
 // holder gets a new notice (same deadline) saying it would keep the node at
