@@ -637,6 +637,7 @@ class MarketEngine::Impl {
     s.carry = carry;
     Micros from = s.acc_since;
     s.acc_since = now_;
+    s.paid_rate = s.rate;
     // Every interval that accrued something is recorded, even below one
     // micro-unit, so the carried remainders can be audited from the ledger.
     if (s.rate == 0) return;
@@ -685,6 +686,7 @@ class MarketEngine::Impl {
     s.order_slot = UINT32_MAX;
     StopDecay(n);
     s.rate = 0;
+    s.paid_rate = 0;
     s.carry = 0;
     s.acc_since = now_;
     s.tenant_pos = static_cast<uint32_t>(t.nodes.size());
@@ -720,7 +722,11 @@ class MarketEngine::Impl {
     t.committed -= s.limit;
     t.committed_need -= GraceCost(s.limit, params_.grace);
     t.need -= GraceCost(s.limit, params_.grace);
-    Price paid_rate = s.rate;
+    // Decay starts from the rate the holder paid (DESIGN.md 3b), not from a
+    // rate that took effect at this instant and was never charged (a
+    // maintenance window's infinite floor raises p(n) to r(n) at its start,
+    // the instant its deadline releases the node).
+    Price paid_rate = s.paid_rate;
     s.holder = TenantId();
     s.limit = 0;
     s.rate = 0;

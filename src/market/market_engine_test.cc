@@ -269,14 +269,17 @@ TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
   FloorTarget tgt;
   tgt.node = n;
   ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
-  ASSERT_TRUE(e.Relinquish(0, a, n).ok());
-  ASSERT_TRUE(e.RemovePolicy(0, PolicyId(0)).ok());
-  ASSERT_TRUE(e.Advance(10 * kMicrosPerSecond).ok());
+  // a pays 4/h for a second: decay starts from the rate paid (3b), so a
+  // holding of 0 microseconds, which paid nothing, would leave no decay.
+  constexpr Micros kS = kMicrosPerSecond;
+  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());
+  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(0)).ok());
+  ASSERT_TRUE(e.Advance(11 * kS).ok());
   EXPECT_EQ(e.GetNode(n)->floor, 3 * kMicroUnits);  // 4 - 0.1 x 10 s.
   p.decay_beta = kMicroUnits / 5;  // 0.2 per second from now on.
-  ASSERT_TRUE(e.SetParams(10 * kMicrosPerSecond, p).ok());
+  ASSERT_TRUE(e.SetParams(11 * kS, p).ok());
   EXPECT_EQ(e.GetNode(n)->floor, 3 * kMicroUnits);  // Continues from 3, no jump.
-  ASSERT_TRUE(e.Advance(15 * kMicrosPerSecond).ok());
+  ASSERT_TRUE(e.Advance(16 * kS).ok());
   EXPECT_EQ(e.GetNode(n)->floor, 2 * kMicroUnits);  // 3 - 0.2 x 5 s.
 }
 

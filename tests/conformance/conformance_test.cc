@@ -110,6 +110,19 @@ TEST(Conformance, ExhaustedTenantCannotPlaceAnOrder) {
   EXPECT_TRUE(a->orders.empty());
 }
 
+// 3b "Decay": P is the rate paid at release. A paid 0/h; the maintenance
+// window's infinite floor raised p(n) to A's limit only at the instant the
+// deadline released the node, and nothing was charged at it. So no decay, and
+// B's bid of 100 gets n0 once the window is over.
+TEST(Conformance, DecayStartsFromTheRatePaidBeforeAMaintenanceRelease) {
+  CaseRun run = ReplayCase("decay_P_after_maintenance");
+  EXPECT_TRUE(OfType(run.events, EventType::kCharged).empty());
+  auto allocated = OfType(run.events, EventType::kAllocated, NodeId(0));
+  ASSERT_EQ(allocated.size(), 2u);
+  EXPECT_EQ(allocated[1].tenant, TenantId(1));
+  EXPECT_EQ(allocated[1].time, 120'000'000);
+}
+
 // 3b: a notice carries the price max(q, f) and every reason that applies.
 // When the challenger leaves and the floor still outbids the holder, the
 // holder gets a new notice (same deadline) saying it would keep the node at
