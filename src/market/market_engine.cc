@@ -1187,18 +1187,34 @@ class MarketEngine::Impl {
     RefreshNode(n);
   }
 
-  // Clip reference: the k-th lowest obtain price over eligible nodes.
+  // The obtain price of a node o claims, for o itself: an order never
+  // competes with itself, so a node it contests is priced without its own
+  // pending price and a node it reserves at its floor.
+  Price OwnClaimObtain(const Order& o, NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    if (s.order_slot == SlotOf(o)) return Floor(n);
+    if (params_.min_hold > 0 && now_ < s.held_since + params_.min_hold) return kInfPrice;
+    return HolderBar(n);
+  }
+
+  // Clip reference (DESIGN.md 3b): the k-th lowest obtain price over the
+  // eligible nodes, for the order's own tenant. The index prices the nodes o
+  // claims with o's own price in them, so those are priced apart and merged
+  // with the k cheapest others.
   Price ClipReference(const Order& o) {
     if (!o.eff_scope.valid()) return kInfPrice;
-    std::vector<NodeId> chosen;
-    Price p = kInfPrice;
+    std::vector<NodeId> skip(o.claims);
+    std::vector<Price> prices;
+    for (NodeId n : o.claims) prices.push_back(OwnClaimObtain(o, n));
     for (uint32_t i = 0; i < o.spec.count; ++i) {
-      NodeId n = BestNodeFor(o, false, &chosen);
-      if (!n.valid()) return kInfPrice;
-      chosen.push_back(n);
-      p = Obtain(n);
+      NodeId n = BestNodeFor(o, false, &skip);
+      if (!n.valid()) break;
+      skip.push_back(n);
+      prices.push_back(Obtain(n));
     }
-    return p;
+    if (prices.size() < o.spec.count) return kInfPrice;
+    std::nth_element(prices.begin(), prices.begin() + (o.spec.count - 1), prices.end());
+    return prices[o.spec.count - 1];
   }
 
   // Sets effective price and clip schedule after placement or a raise.
@@ -1257,7 +1273,8 @@ class MarketEngine::Impl {
           RefreshNode(n);
           UpdateRate(n);
           MarkDirty(n);
-          if (s.contested && ChallengerPrice(s) >= HolderBar(n)) SendNotice(n);  // New price, same deadline.
+          // New price, same deadline (a raise the clip holds back states none).
+          if (s.contested && ChallengerPrice(s) >= HolderBar(n) && NoticePrice(n) != s.notice_price) SendNotice(n);
         } else if (s.order_slot == slot && EffFloor(n) > eff) {
           // A floor on a reserved node above the gang's price drops it (handled in review).
         }

@@ -123,6 +123,21 @@ TEST(Conformance, DecayStartsFromTheRatePaidBeforeAMaintenanceRelease) {
   EXPECT_EQ(allocated[1].time, 120'000'000);
 }
 
+// 3b "Clipping reference": p is the obtain price for the order's own tenant;
+// an order never competes with itself, so a pending challenger's raise does
+// not put its own pending price into the reference. B's raise keeps its
+// effective price at 440,002 (p = 400,001, s = 40,001) and sends no notice.
+TEST(Conformance, ClipReferenceExcludesTheOrdersOwnPendingPrice) {
+  CaseRun run = ReplayCase("clip_reference_own_pending_price");
+  auto notices = OfType(run.events, EventType::kNotice, NodeId(0));
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].price, 440'002);
+  auto b = run.replayer->engine().GetOrder(OrderId(1));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->effective_price, 440'002);
+  EXPECT_EQ(b->spec.price, 1'000'000);
+}
+
 // 3b: a notice carries the price max(q, f) and every reason that applies.
 // When the challenger leaves and the floor still outbids the holder, the
 // holder gets a new notice (same deadline) saying it would keep the node at
