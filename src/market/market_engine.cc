@@ -547,14 +547,25 @@ class MarketEngine::Impl {
       o.in_book = true;
       return;
     }
-    auto& b = books_.Mutable(o.eff_scope.value);
-    Summary before = Summarize(b);
-    BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, flags};
-    b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
-    books_.Retop(o.eff_scope.value);
+    Summary before = Summarize(books_[o.eff_scope.value]);
+    EntryInsert(o);
     o.in_book = true;
     AfterBookChange(o.eff_scope, before);
     candidates_.emplace(-o.effective, o.seq, SlotOf(o));
+  }
+
+  // Raw edits of the entry of an order whose effective scope is valid; the
+  // callers refresh the rates the book's summary feeds (AfterBookChange).
+  void EntryInsert(const Order& o) {
+    auto& b = books_.Mutable(o.eff_scope.value);
+    BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, o.book_flags};
+    b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+    books_.Retop(o.eff_scope.value);
+  }
+  void EntryErase(const Order& o) {
+    auto& b = books_.Mutable(o.eff_scope.value);
+    b.erase(FindEntry(b, o));
+    books_.Retop(o.eff_scope.value);
   }
 
   void BookErase(Order& o) {
@@ -565,25 +576,36 @@ class MarketEngine::Impl {
       if (it != unmatchable_.end()) unmatchable_.erase(it);
       return;
     }
-    auto& b = books_.Mutable(o.eff_scope.value);
-    Summary before = Summarize(b);
-    b.erase(FindEntry(b, o));
-    books_.Retop(o.eff_scope.value);
+    Summary before = Summarize(books_[o.eff_scope.value]);
+    EntryErase(o);
     AfterBookChange(o.eff_scope, before);
   }
 
   // Changes an order's effective price and/or seq while it sits in the book.
+  // One rate refresh for the move: refreshing after the erase and again after
+  // the insert would settle every holding below whose c(n) the order sets and
+  // open a new ledger interval at the same rate (p(n) changed and changed back).
   void BookReprice(Order& o, Price effective, uint64_t seq) {
     if (!o.in_book) {
       o.effective = effective;
       o.seq = seq;
       return;
     }
-    uint8_t flags = o.book_flags;
-    BookErase(o);
+    if (!o.eff_scope.valid()) {  // Waiting for a node in its locality: re-queued at the back.
+      uint8_t flags = o.book_flags;
+      BookErase(o);
+      o.effective = effective;
+      o.seq = seq;
+      BookInsert(o, flags);
+      return;
+    }
+    Summary before = Summarize(books_[o.eff_scope.value]);
+    EntryErase(o);
     o.effective = effective;
     o.seq = seq;
-    BookInsert(o, flags);
+    EntryInsert(o);
+    AfterBookChange(o.eff_scope, before);
+    candidates_.emplace(-o.effective, o.seq, SlotOf(o));
   }
 
   void AfterBookChange(VertexId v, const Summary& before) {
@@ -1331,12 +1353,21 @@ class MarketEngine::Impl {
       return true;
     }
     // Contest a held node. The order stays in its book flagged pending: it no
-    // longer counts as demand, but a free node appearing below wakes it.
-    BookErase(o);
+    // longer counts as demand, but a free node appearing below wakes it. Its
+    // price moves from n's resting demand to n's pending price in one step,
+    // so c(n) does not dip in between (a dip would settle n at an unchanged
+    // rate); other holdings below are refreshed once the contest is set.
+    VertexId v = o.eff_scope;
+    Summary before = Summarize(books_[v.value]);
+    if (o.in_book) EntryErase(o);  // Not in its book yet when just placed.
     o.state = OrderState::kPending;
     o.claims.push_back(n);
-    BookInsert(o, kFlagPending);
+    o.book_flags = kFlagPending;
+    EntryInsert(o);
+    o.in_book = true;
+    candidates_.emplace(-o.effective, o.seq, slot);
     BecomeChallenger(slot, n);
+    AfterBookChange(v, before);
     return true;
   }
 

@@ -450,5 +450,45 @@ TEST(RegressionTest, Regression_PriceEventsDependOnQueries) {
   EXPECT_EQ(run(false), run(true));
 }
 
+// 3b "Settlement": a holding is settled when p(n) changes. A raise that moves
+// the order setting c(n) within the book (erase, then insert at the new price)
+// refreshed the rates in between: p(n) dipped to 0 and came back, and the
+// holding was settled at an unchanged rate (a ledger entry that ends where
+// the next one at the same rate starts).
+TEST_F(ScenarioTest, Regression_RaiseOfTheDemandSettingCSettlesAtAnUnchangedRate) {
+  MarketParams p;
+  p.hysteresis_ppm = 500'000;  // Obtain 6/h: b rests between a's limit and the bar.
+  Make(p);
+  NodeId n0 = Node("n0");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  Bid(0, a, Leaf(n0), 4 * U);
+  OrderId ob = Bid(0, b, Leaf(n0), 9 * U / 2);
+  ASSERT_EQ(EQ(a, n0).pays, 4 * U);  // min(r = 4, c = 4.5).
+  Update(10 * S, b, ob, 5 * U);
+  ASSERT_EQ(EQ(a, n0).pays, 4 * U);
+  EXPECT_TRUE(e().ledger().empty()) << "settled although p(n) stayed 4/h";
+  Check();
+}
+
+// The same for a resting order that starts a contest (here when the holder's
+// minimum hold ends): it left the book's demand before it became the pending
+// challenger, so c(n) dipped for an instant and the holding was settled at
+// an unchanged rate.
+TEST_F(ScenarioTest, Regression_ContestFromTheBookSettlesAtAnUnchangedRate) {
+  MarketParams p;
+  p.min_hold = 30 * S;
+  Make(p);
+  NodeId n0 = Node("n0");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  Bid(0, a, Leaf(n0), 4 * U);
+  Bid(0, b, Leaf(n0), 5 * U);  // Rests: n0 cannot be contested during the hold.
+  ASSERT_EQ(EQ(a, n0).pays, 4 * U);
+  AdvanceTo(40 * S);
+  ASSERT_EQ(N(n0).status, NodeStatus::kContested);
+  ASSERT_EQ(EQ(a, n0).pays, 4 * U);
+  EXPECT_TRUE(e().ledger().empty()) << "settled at the hold's end although p(n) stayed 4/h";
+  Check();
+}
+
 }  // namespace
 }  // namespace laissez::market
