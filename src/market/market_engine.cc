@@ -834,10 +834,15 @@ class MarketEngine::Impl {
   // exponential then binary search over the exact test; kNever if none.
   Micros ExactExhaustion(const Tenant& t) const {
     if (t.nodes.empty()) return kNever;
-    Micros hi = now_ + 1;
-    while (hi < kNever / 2 && !ExhaustedAt(t, hi)) hi = now_ + (hi - now_) * 2;
-    if (hi >= kNever / 2) return kNever;
-    Micros lo = now_;
+    // Doubling steps from now, saturating: engine times past kNever / 2 are
+    // valid too (a tiny rate against a large balance exhausts that late).
+    Micros lo = now_, hi = now_;
+    for (Micros step = 1;; step = step > kNever / 2 ? kNever : 2 * step) {
+      hi = SatAdd(now_, step);
+      if (hi == kNever) return kNever;
+      if (ExhaustedAt(t, hi)) break;
+      lo = hi;
+    }
     while (hi - lo > 1) {
       Micros mid = lo + (hi - lo) / 2;
       (ExhaustedAt(t, mid) ? hi : lo) = mid;

@@ -490,5 +490,24 @@ TEST_F(ScenarioTest, Regression_ContestFromTheBookSettlesAtAnUnchangedRate) {
   Check();
 }
 
+// Rule 7 / rule 11: exhaustion is found at its exact microsecond however late
+// it falls. When the summed-rate lower bound came early (charges accrue per
+// holding, rounded down), the exact search gave up past kNever / 2, so the
+// tenant was never exhausted (found by the property test's exhaustion check).
+TEST_F(ScenarioTest, Regression_ExhaustionAfterHalfTheTimeRangeIsMissed) {
+  Make();  // Grace 120 s: a node at 1/h needs 33,334 for one grace period.
+  NodeId n[3] = {Node("n0"), Node("n1"), Node("n2")};
+  TenantId a = Tenant("a", 3 * 33'334 + 10'000'000'001), b = Tenant("b");
+  for (NodeId x : n) Bid(0, a, Leaf(x), U);
+  Bid(0, b, Vertex("h100x8"), 2);  // c(n) = 2: a pays 2 micro-units per hour on each node.
+  // The summed rate reaches 10,000,000,001 at 6.0000000006e18 us; each node's
+  // whole micro-units (3 x floor(t / 1.8e9)) only at 6.0000000012e18 us.
+  AdvanceTo(kNever - 1);
+  auto ex = Events(EventType::kExhausted);
+  ASSERT_EQ(ex.size(), 1u) << EventsToString(sink_.events);
+  EXPECT_EQ(ex[0].time, 6'000'000'001'200'000'000);
+  Check();
+}
+
 }  // namespace
 }  // namespace laissez::market
