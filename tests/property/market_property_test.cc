@@ -16,7 +16,17 @@
 //    (a free one on ties);
 //  - rule 3: every ledger entry charges exactly rate x time (with the carried
 //    remainder) at the rate p(n) observed inside its interval;
-//  - price events: the last kPriceChanged per vertex equals its quote.
+//  - price events: the last kPriceChanged per vertex equals its quote;
+//  - notices (§3b): every contested node's reasons are the ones that apply and
+//    its holder's latest notice states them, the deadline and max(q, f);
+//  - issue 10's conformance situations, which the generator steers into:
+//    exhaustion notices stand until their deadline after a relinquish or a
+//    deposit; an exhausted tenant's new order is refused (and an exhausted
+//    tenant has no open order at all); a freed node's floor never exceeds its
+//    static floors and the rate its last holder paid (maintenance releases
+//    with decay); a raise's effective price follows the clipping reference
+//    priced for the order itself (raises of pending clipped orders); a
+//    challenger leaving a contest that a floor still justifies.
 // Then the same log is replayed (same events call by call, same state) and
 // replayed with extra Advance calls at random times and at NextEventTime()
 // (same events and ledger, same state).
@@ -194,6 +204,12 @@ class OpGen {
         {1, 19},  // add node
         {1, 20},  // remove node
         {4, 21},  // bad input
+        // The situations of issue 10's conformance cases:
+        {3, 22},  // an exhausted tenant relinquishes or deposits
+        {2, 23},  // an exhausted tenant places an order
+        {2, 24},  // a maintenance window on a held node (decay after the release)
+        {3, 25},  // a pending order is raised (clipping from its own contest)
+        {2, 26},  // a contested holder's limit drops below its floor
     });
     TenantId t = Tenant();
     switch (kind) {
@@ -321,6 +337,60 @@ class OpGen {
         break;
       }
       case 20: op.body = OpRemoveNode{AnyNode()}; break;
+      case 22: case 23: {
+        auto ex = ExhaustedTenant();
+        if (!ex) return Advance(op, 10);  // Exhaustion may be the next thing due.
+        auto tv = e_.GetTenant(*ex);
+        if (kind == 23) {
+          Price p = *rc::gen::element<Price>(0, 0, 1, kUnit);
+          op.body = OpPlaceOrder{*ex, OrderSpec{*rc::gen::element(LeafScope(), InnerScope()), p, 1, Locality::kAny, NodeId()}};
+        } else if (tv.ok() && !tv->nodes.empty() && *rc::gen::arbitrary<bool>()) {
+          op.body = OpRelinquish{*ex, *rc::gen::elementOf(tv->nodes)};
+        } else {
+          op.body = OpDeposit{*ex, *rc::gen::element<Money>(1, 100'000, 1'000'000, 100'000'000)};
+        }
+        break;
+      }
+      case 24: {
+        auto held = HeldNodes();
+        if (held.empty()) return Advance(op);
+        MaintenanceSpec m;
+        m.target.node = std::get<0>(*rc::gen::elementOf(held));
+        Micros g = e_.params().grace;
+        m.start = e_.now() + *rc::gen::element<Micros>(0, g / 2, g, g + kMicrosPerSecond);
+        m.end = m.start + *rc::gen::element<Micros>(Micros{kMicrosPerSecond}, Micros{10 * kMicrosPerSecond});
+        op.body = OpAddPolicy{m};
+        break;
+      }
+      case 25: {
+        std::vector<OrderView> pending;
+        for (OrderId id : e_.OpenOrders()) {
+          auto o = e_.GetOrder(id);
+          if (o.ok() && o->state == OrderState::kPending) pending.push_back(*o);
+        }
+        if (pending.empty()) return Advance(op);
+        const OrderView& o = *rc::gen::elementOf(pending);
+        op.time = e_.now();  // Raised again at once: the clip must not feed on its own price.
+        op.body = OpUpdateOrder{o.tenant, o.id, o.spec.price + *rc::gen::element<Price>(1, kUnit / 2, kUnit, 5 * kUnit)};
+        break;
+      }
+      case 26: {
+        std::vector<std::tuple<NodeId, TenantId, Price>> contested;
+        for (uint32_t i = 0; i < e_.topology().node_count(); ++i) {
+          auto v = e_.GetNode(NodeId(i));
+          if (v.ok() && v->status == NodeStatus::kContested && v->floor > 0 && v->floor != kInfPrice) {
+            contested.emplace_back(NodeId(i), v->holder, v->floor);
+          }
+        }
+        if (contested.empty()) {
+          // Put a floor under the market to make some.
+          op.body = OpAddPolicy{StaticFloorSpec{Target(), GenPrice(3 * kUnit)}};
+          break;
+        }
+        auto [n, holder, floor] = *rc::gen::elementOf(contested);
+        op.body = OpSetLimit{holder, n, *rc::gen::inRange<Price>(0, floor)};
+        break;
+      }
       default: return Bad(op, t);
     }
     return op;
@@ -415,6 +485,16 @@ class OpGen {
   }
 
   TenantId Tenant() { return TenantId(*rc::gen::inRange<uint32_t>(0, tenants_)); }
+
+  std::optional<TenantId> ExhaustedTenant() {
+    std::vector<TenantId> ex;
+    for (uint32_t i = 0; i < e_.tenant_count(); ++i) {
+      auto tv = e_.GetTenant(TenantId(i));
+      if (tv.ok() && tv->exhausted) ex.push_back(TenantId(i));
+    }
+    if (ex.empty()) return std::nullopt;
+    return *rc::gen::elementOf(ex);
+  }
 
   NodeId AnyNode() {
     const auto& topo = e_.topology();
@@ -753,6 +833,9 @@ void CheckRandomSequence(Profile profile) {
   std::vector<RateObservation> observed_rates;
   ChargeCursor charge_cursor;
   std::set<std::tuple<uint32_t, uint32_t, Micros>> holding_ends, holding_starts;
+  std::map<uint32_t, Price> decay_bound;             // Node -> P of its latest release (0: none).
+  std::map<uint64_t, StaticFloorSpec> static_floors;  // Live static floor policies.
+  bool floors_known = true;
   const size_t setup_ops = ops.size();
   OpGen gen(a, tenants);
 
@@ -793,6 +876,46 @@ void CheckRandomSequence(Profile profile) {
           continue;
         }
         candidates.push_back({n, testsupport::BruteObtain(a, n), v->status == NodeStatus::kFree});
+      }
+    }
+    // Issue 10's situations, observed before the call.
+    // Exhaustion notices already sent must stand until their deadline (3b).
+    struct Noticed {
+      TenantId holder;
+      Micros held_since;
+      Micros deadline;
+    };
+    std::map<uint32_t, Noticed> exhaustion_noticed;
+    for (uint32_t i = 0; i < a.topology().node_count(); ++i) {
+      auto v = a.GetNode(NodeId(i));
+      if (!v.ok() || v->status != NodeStatus::kContested) continue;
+      auto eq = a.GetEvictionQuote(v->holder, NodeId(i));
+      if (eq.ok() && (eq->reasons & kReasonExhaustion)) exhaustion_noticed[i] = {v->holder, v->held_since, eq->deadline};
+    }
+    // A tenant that is exhausted when it places an order is refused (rule 7).
+    bool placer_exhausted = false;
+    if (place != nullptr && op.time == a.now() && !stuck) {
+      auto tv = a.GetTenant(place->tenant);
+      placer_exhausted = tv.ok() && tv->exhausted;
+    }
+    // A raise's effective price follows 3b "Clipping reference" exactly, with
+    // the reference priced for the order itself (never its own pending price).
+    std::optional<Price> want_effective;
+    bool raised_pending = false;
+    const auto* update = std::get_if<OpUpdateOrder>(&op.body);
+    if (update != nullptr && op.time == a.now() && !stuck && requested.count(update->order.value)) {
+      auto ov = a.GetOrder(update->order);
+      if (ov.ok() && ov->tenant == update->tenant && update->price > requested[update->order.value]) {
+        const MarketParams& pp = a.params();
+        Price want = update->price;
+        Price ref = pp.clip_alpha_ppm > 0 ? testsupport::BruteClipReference(a, *ov) : kInfPrice;
+        if (ref != kInfPrice) {
+          Price step = std::max(MulPpmCeil(ref, pp.clip_alpha_ppm), pp.tick);
+          want = std::min(update->price, std::max(SatAdd(ref, step), ov->effective_price));
+          if (want < update->price && pp.clip_interval == 0) want = update->price;
+        }
+        want_effective = want;
+        raised_pending = ov->state == OrderState::kPending;
       }
     }
     if (kTrace) std::fprintf(stderr, "trace #%zu %s\n", results.size(), Describe(op).c_str());
@@ -897,6 +1020,7 @@ void CheckRandomSequence(Profile profile) {
     ctx.charged_event_total = sink_a.charged_total;
     ctx.requested = &requested;
     ctx.check_available_non_negative = !kAvoidKnownEngineBugs;
+    ctx.last_notice = &sink_a.last_notice;
     std::string bad = CheckInvariants(a, ctx);
     if (!bad.empty()) fail(bad);
 
@@ -921,6 +1045,81 @@ void CheckRandomSequence(Profile profile) {
     }
     std::string ch = CheckCharges(a.ledger(), observed_rates, holding_ends, holding_starts, charge_cursor);
     if (!ch.empty()) fail(ch);
+
+    // Issue 10's situations, checked after the call.
+    if (placer_exhausted) {
+      ++Coverage()["place-while-exhausted"];
+      if (r.status.ok()) fail("[exhaustion] tenant " + std::to_string(place->tenant.value) + " was exhausted, yet its order was accepted");
+    }
+    for (const auto& [i, was] : exhaustion_noticed) {
+      auto v = a.GetNode(NodeId(i));
+      if (!v.ok() || v->holder != was.holder || v->held_since != was.held_since || a.now() >= was.deadline) continue;
+      if (std::holds_alternative<OpRelinquish>(op.body) || std::holds_alternative<OpDeposit>(op.body)) {
+        ++Coverage()["exhaustion-notice-after-" + std::string(OpName(op.body))];
+      }
+      auto eq = a.GetEvictionQuote(was.holder, NodeId(i));
+      if (!eq.ok() || !eq->contested || !(eq->reasons & kReasonExhaustion) || eq->deadline > was.deadline) {
+        fail("[exhaustion] node " + std::to_string(i) + " had an exhaustion notice with deadline " +
+             std::to_string(was.deadline) + "; notices already sent stay, but now it is " +
+             (eq.ok() && eq->contested ? "contested for " + ReasonNames(eq->reasons) : std::string("uncontested")));
+      }
+    }
+    if (want_effective && r.status.ok()) {
+      auto ov = a.GetOrder(update->order);
+      if (ov.ok()) {
+        ++Coverage()[raised_pending ? "clip-raise-pending-checked" : "clip-raise-checked"];
+        if (ov->effective_price != *want_effective) {
+          fail("[clip] order " + std::to_string(update->order.value) + " raised to " + std::to_string(update->price) +
+               ": effective " + std::to_string(ov->effective_price) + ", want " + std::to_string(*want_effective));
+        }
+      }
+    }
+    // Decay (3b): a freed node's floor is at most max(its static floors, P)
+    // with P the rate its last holder paid: the rate of the ledger entry that
+    // ends at the release (none: it paid 0/h over its last interval).
+    for (const auto& ev : evs) {
+      if (ev.type == EventType::kReleased) {
+        Price paid = 0;
+        auto led = a.ledger();
+        for (size_t k = led.size(); k-- > 0 && led[k].time >= ev.time;) {
+          const LedgerEntry& le = led[k];
+          if (le.time == ev.time && le.node == ev.node && le.tenant == ev.tenant && le.from < ev.time) {
+            paid = le.rate;
+            break;
+          }
+        }
+        decay_bound[ev.node.value] = paid;
+        if (a.params().decay_beta > 0 && (ev.reasons & kReasonMaintenance)) ++Coverage()["maintenance-release-with-decay"];
+      } else if (ev.type == EventType::kAllocated || ev.type == EventType::kReserved || ev.type == EventType::kTransferred) {
+        decay_bound[ev.node.value] = 0;
+      }
+    }
+    if (r.status.ok()) {
+      if (const auto* ap = std::get_if<OpAddPolicy>(&op.body)) {
+        if (const auto* sf = std::get_if<StaticFloorSpec>(&ap->spec)) static_floors[r.created_id] = *sf;
+        if (std::holds_alternative<PowerCapSpec>(ap->spec) || std::holds_alternative<CarbonSpec>(ap->spec)) {
+          floors_known = false;
+        }
+      }
+      if (const auto* rp = std::get_if<OpRemovePolicy>(&op.body)) static_floors.erase(rp->policy.value);
+    }
+    if (floors_known) {
+      const auto& topo = a.topology();
+      for (uint32_t i = 0; i < topo.node_count(); ++i) {
+        auto v = a.GetNode(NodeId(i));
+        if (!topo.IsLiveNode(NodeId(i)) || !v.ok() || v->status != NodeStatus::kFree || v->floor == kInfPrice) continue;
+        Price bound = decay_bound[i];
+        for (const auto& [id, sf] : static_floors) {
+          bool covers = sf.target.node.valid() ? sf.target.node == NodeId(i)
+                                               : topo.LocationContains(sf.target.location, topo.node(NodeId(i)).rack);
+          if (covers) bound = std::max(bound, sf.price);
+        }
+        if (v->floor > bound) {
+          fail("[decay] free node " + std::to_string(i) + " has floor " + std::to_string(v->floor) +
+               ", above its static floors and the rate its last holder paid (" + std::to_string(bound) + ")");
+        }
+      }
+    }
   };
 
   for (const Operation& op : ops) step(op);
@@ -933,6 +1132,18 @@ void CheckRandomSequence(Profile profile) {
     std::string name(EventTypeName(ev.type));
     if (ev.type == EventType::kNotice) name += "(" + ReasonNames(ev.reasons) + ")";
     ++Coverage()[name];
+  }
+  std::map<uint32_t, uint8_t> notice_reasons;  // Per node, the reasons of the contest's latest notice.
+  for (const auto& ev : sink_a.events) {
+    if (ev.type == EventType::kNotice) {
+      auto it = notice_reasons.find(ev.node.value);
+      if (it != notice_reasons.end() && (it->second & kReasonOutbid) && !(ev.reasons & kReasonOutbid) && ev.reasons) {
+        ++Coverage()["notice-after-challenger-left"];
+      }
+      notice_reasons[ev.node.value] = ev.reasons;
+    } else if (ev.type == EventType::kContestEnded || ev.type == EventType::kReleased || ev.type == EventType::kTransferred) {
+      notice_reasons.erase(ev.node.value);
+    }
   }
   for (const auto& r : results) {
     if (!r.status.ok()) ++Coverage()[std::string("rejected:") + std::string(StatusCodeName(r.status.code()))];

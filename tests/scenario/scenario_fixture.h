@@ -128,6 +128,7 @@ class ScenarioTest : public ::testing::Test {
     ctx.expected_deposited = deposited_;
     ctx.requested = &requested_;
     ctx.charged_event_total = sink_.charged_total;
+    ctx.last_notice = &sink_.last_notice;
     std::string bad = testsupport::CheckInvariants(e(), ctx);
     EXPECT_EQ(bad, "") << "events so far:\n" << testsupport::EventsToString(sink_.events);
   }

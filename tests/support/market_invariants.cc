@@ -100,6 +100,7 @@ class Checker {
   std::string Run(InvariantContext& ctx) {
     if (!Load()) return out_.str();
     check_available_ = ctx.check_available_non_negative;
+    last_notice_ = ctx.last_notice;
     if (ctx.requested != nullptr) {
       for (auto& [id, o] : w_.orders) {
         auto it = ctx.requested->find(id);
@@ -394,6 +395,54 @@ class Checker {
         }
       }
       pays_[v.holder.value] += eq->pays;
+      if (last_notice_ != nullptr) CheckNotice(n, v, *eq, where.str());
+    }
+  }
+
+  // §3b: a contested node's reasons are the ones that apply, and the
+  // holder's latest notice states them with the deadline and the price
+  // max(q, f) (infinite for maintenance). Exhaustion may outlive the
+  // tenant's exhaustion: notices already sent stay.
+  void CheckNotice(NodeId n, const NodeView& v, const market::EvictionQuote& eq, const std::string& where) {
+    const TenantView& holder = w_.tenants[v.holder.value];
+    if (v.status != NodeStatus::kContested) {
+      if (holder.exhausted) Fail("notice") << where << ": the holder is exhausted but the node has no notice\n";
+      return;
+    }
+    bool has_q = false;
+    Price q = PendingPrice(w_, n, &has_q);
+    Price f = v.floor;
+    uint8_t r = eq.reasons;
+    bool maintenance = (r & market::kReasonMaintenance) != 0;
+    if (r == 0) Fail("notice") << where << ": contested without a reason\n";
+    if (((r & market::kReasonOutbid) != 0) != has_q) {
+      Fail("notice") << where << ": reasons " << market::ReasonNames(r) << " but "
+                     << (has_q ? "a" : "no") << " pending challenger\n";
+    }
+    // Inside a maintenance window f is infinite and says nothing about other floors.
+    if ((!maintenance || f != kInfPrice) && ((r & market::kReasonFloor) != 0) != (f > v.limit)) {
+      Fail("notice") << where << ": reasons " << market::ReasonNames(r) << " with floor " << P(f) << " and limit "
+                     << P(v.limit) << "\n";
+    }
+    if (holder.exhausted && (r & market::kReasonExhaustion) == 0) {
+      Fail("notice") << where << ": the holder is exhausted but the reasons are " << market::ReasonNames(r) << "\n";
+    }
+    auto it = last_notice_->find(n.value);
+    if (it == last_notice_->end()) {
+      Fail("notice") << where << ": contested, but no notice was ever sent for it\n";
+      return;
+    }
+    const market::Event& ev = it->second;
+    Price want = maintenance ? kInfPrice : std::max(q, f);
+    OrderId want_order = has_q ? OrderId(w_.challenger.at(n.value)) : OrderId();
+    if (ev.tenant != v.holder || ev.deadline != eq.deadline || ev.reasons != r || ev.price != want ||
+        ev.order != want_order) {
+      Fail("notice") << where << ": the latest notice (t " << ev.time << ", tenant " << ev.tenant.value << ", price "
+                     << P(ev.price) << ", reasons " << market::ReasonNames(ev.reasons) << ", deadline " << ev.deadline
+                     << ", order " << (ev.order.valid() ? std::to_string(ev.order.value) : "-")
+                     << ") does not state what is in force (price " << P(want) << ", reasons "
+                     << market::ReasonNames(r) << ", deadline " << eq.deadline << ", order "
+                     << (has_q ? std::to_string(want_order.value) : "-") << ")\n";
     }
   }
 
@@ -402,7 +451,7 @@ class Checker {
       __int128 committed = 0;
       __int128 need = 0;  // Nodes at full limit for one grace period (§3b exhaustion).
       bool all_noticed = true;
-      size_t priced_orders = 0;  // A zero-price order commits nothing, so no budget test stops it (§3b).
+      size_t open_orders = t.orders.size();  // Even at price 0 (rule 7: its orders are cancelled).
       for (NodeId n : t.nodes) {
         auto it = w_.nodes.find(n.value);
         if (it == w_.nodes.end()) continue;
@@ -415,7 +464,6 @@ class Checker {
         auto it = w_.orders.find(id.value);
         if (it == w_.orders.end()) continue;
         committed += static_cast<__int128>(it->second.spec.price) * (it->second.spec.count - it->second.filled);
-        if (it->second.spec.price > 0) ++priced_orders;
       }
       if (committed != static_cast<__int128>(t.committed_rate)) {
         Fail("committed") << "tenant " << t.id.value << " committed_rate " << P(t.committed_rate) << ", brute force "
@@ -436,10 +484,10 @@ class Checker {
         // Rule 7 / §3b: once the balance no longer covers the nodes at full
         // limit for one grace period, the tenant is exhausted: no open orders,
         // and every node it holds has a notice.
-        if (!t.nodes.empty() && static_cast<__int128>(*avail) <= need && (priced_orders > 0 || !all_noticed)) {
+        if (!t.nodes.empty() && static_cast<__int128>(*avail) <= need && (open_orders > 0 || !all_noticed)) {
           Fail("exhaustion") << "tenant " << t.id.value << " available " << *avail << " <= "
                              << static_cast<int64_t>(need) << " (nodes at limit for one grace) but has "
-                             << priced_orders << " open orders with a price and " << (all_noticed ? "all" : "not all")
+                             << open_orders << " open orders and " << (all_noticed ? "all" : "not all")
                              << " nodes noticed\n";
         }
       }
@@ -564,13 +612,16 @@ class Checker {
   std::map<uint32_t, Price> pays_;
   Money unsettled_by_tenants_ = 0;
   bool check_available_ = true;
+  const std::map<uint32_t, market::Event>* last_notice_ = nullptr;
 };
 
 }  // namespace
 
 std::string CheckInvariants(const MarketEngine& e, InvariantContext& ctx) { return Checker(e).Run(ctx); }
 
-Price BruteObtain(const MarketEngine& e, NodeId n) {
+namespace {
+// Node views and pending challengers: what obtain prices are computed from.
+World LoadForObtain(const MarketEngine& e) {
   World w(e);
   for (uint32_t i = 0; i < w.topo.node_count(); ++i) {
     if (!w.topo.IsLiveNode(NodeId(i))) continue;
@@ -588,8 +639,38 @@ Price BruteObtain(const MarketEngine& e, NodeId n) {
       if (it != w.nodes.end() && it->second.status == NodeStatus::kContested) w.challenger.emplace(c.value, id);
     }
   }
+  return w;
+}
+}  // namespace
+
+Price BruteObtain(const MarketEngine& e, NodeId n) {
+  World w = LoadForObtain(e);
   if (!w.nodes.count(n.value)) return kInfPrice;
   return Obtain(w, n);
+}
+
+Price BruteClipReference(const MarketEngine& e, const OrderView& o) {
+  World w = LoadForObtain(e);
+  std::vector<Price> prices;
+  for (const auto& [i, v] : w.nodes) {
+    NodeId n(i);
+    if ((IsHeld(v) && v.holder == o.tenant) || !EligibleIn(w.topo, o, n)) continue;
+    if (v.status == NodeStatus::kReserved && v.reserved_for == o.id) {
+      prices.push_back(v.floor);  // Its own reservation: what it took the node at.
+      continue;
+    }
+    auto it = w.challenger.find(i);
+    if (it != w.challenger.end() && it->second == o.id.value) {
+      w.challenger.erase(it);  // Priced without its own pending price.
+      prices.push_back(Obtain(w, n));
+      w.challenger.emplace(i, o.id.value);
+      continue;
+    }
+    prices.push_back(Obtain(w, n));
+  }
+  if (prices.size() < o.spec.count) return kInfPrice;
+  std::sort(prices.begin(), prices.end());
+  return prices[o.spec.count - 1];
 }
 
 bool Eligible(const MarketEngine& e, const OrderView& o, NodeId n) { return EligibleIn(e.topology(), o, n); }
@@ -621,6 +702,7 @@ void RecordingSink::OnEvents(std::span<const market::Event> evs) {
   for (const auto& ev : evs) {
     events.push_back(ev);
     if (ev.type == EventType::kCharged) charged_total += ev.amount;
+    if (ev.type == EventType::kNotice) last_notice.insert_or_assign(ev.node.value, ev);
   }
 }
 

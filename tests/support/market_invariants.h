@@ -37,6 +37,10 @@ struct InvariantContext {
   // below zero when charges outrun a balance that settlement would waive
   // (Regression_AvailableBalanceNegativeWhenChargesOutrunBalance).
   bool check_available_non_negative = true;
+  // The latest kNotice delivered per node (RecordingSink::last_notice). When
+  // set, every contested node's latest notice must state the deadline, the
+  // reasons and the price in force (DESIGN.md §3b). May be null.
+  const std::map<uint32_t, market::Event>* last_notice = nullptr;
 };
 
 // Returns an empty string when every invariant holds, else one line per
@@ -48,6 +52,13 @@ std::string CheckInvariants(const market::MarketEngine& e, InvariantContext& ctx
 // params: f(n) if free; max(f, r x (1 + h), q) + tick if held; infinite while
 // reserved, during the minimum hold, or when the floor is infinite.
 Price BruteObtain(const market::MarketEngine& e, NodeId n);
+
+// The clipping reference of order `o` (DESIGN.md §3b): the k-th lowest obtain
+// price over the nodes it is eligible for and its tenant does not hold, for
+// `o` itself (an order never competes with itself: a node it contests is
+// priced without its own pending price, a node it reserves at its floor);
+// kInfPrice if fewer than k are obtainable.
+Price BruteClipReference(const market::MarketEngine& e, const market::OrderView& o);
 
 // Whether `o` is eligible for node `n` by scope, type and locality (not
 // looking at who holds n).
@@ -68,6 +79,7 @@ class RecordingSink : public market::EventSink {
   std::vector<market::Event> events;
   size_t batches = 0;
   Money charged_total = 0;
+  std::map<uint32_t, market::Event> last_notice;  // The latest kNotice per node.
 };
 
 }  // namespace laissez::testsupport
