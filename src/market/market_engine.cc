@@ -684,19 +684,49 @@ class MarketEngine::Impl {
     MarkExhaustDirty(s.holder);
   }
 
-  // Re-derives p(n); settles first if it changes.
+  // The inputs of p(n) changed. p(n) is re-derived once the instant is
+  // consistent (ApplyRates, at the end of RunInstant): a rate that moves and
+  // comes back within the instant has not changed, and settling it would
+  // split the ledger at an unchanged rate (3b: settled whenever p(n) changes).
+  // Until then s.rate is the rate accruing since acc_since, which is what
+  // settling a holding that ends at this instant must charge.
+  std::vector<uint32_t> rate_dirty_;
+  std::vector<uint8_t> rate_dirty_flag_;
   void UpdateRate(NodeId n) {
+    if (!nodes_[n.value].holder.valid()) return;
+    if (rate_dirty_flag_.size() < nodes_.size()) rate_dirty_flag_.resize(nodes_.size(), 0);
+    if (!rate_dirty_flag_[n.value]) {
+      rate_dirty_flag_[n.value] = 1;
+      rate_dirty_.push_back(n.value);
+    }
+  }
+
+  // Re-derives p(n); settles first if it changed. True if it did.
+  bool ApplyRate(NodeId n) {
     NodeState& s = nodes_[n.value];
-    if (!s.holder.valid()) return;
+    if (!s.holder.valid()) return false;
     Price f = Floor(n);
     Price p = std::min(s.limit, std::max(Competing(n), f));
-    if (p == s.rate) return;
+    if (p == s.rate) return false;
     Settle(n);
     Tenant& t = tenants_[s.holder.value];
     t.rate_sum += p - s.rate;
     t.rate_time_sum += static_cast<__int128>(p - s.rate) * now_;
     s.rate = p;
     MarkExhaustDirty(s.holder);
+    return true;
+  }
+
+  // Applies the rate changes of the instant. True if any rate changed.
+  bool ApplyRates() {
+    bool any = false;
+    while (!rate_dirty_.empty()) {
+      uint32_t n = rate_dirty_.back();
+      rate_dirty_.pop_back();
+      rate_dirty_flag_[n] = 0;
+      any |= ApplyRate(NodeId(n));
+    }
+    return any;
   }
 
   void StartHolding(NodeId n, TenantId tid, Price limit) {
@@ -1773,7 +1803,9 @@ class MarketEngine::Impl {
 
   // ---------------------------------------------------------------- the instant
   // Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").
-  void RunInstant() {
+  // Then settles the rates that changed, unless `settle_rates` is false: the
+  // instant of a call's own time is settled once, after the call's operation.
+  void RunInstant(bool settle_rates = true) {
     for (int round = 0;; ++round) {
       bool changed = false;
       // Contest validity and notices.
@@ -1807,6 +1839,9 @@ class MarketEngine::Impl {
       }
       if (MatchOne()) continue;
       if (changed) continue;
+      // Consistent: settle the rates that changed. A change re-arms its
+      // tenant's exhaustion (with the new rates), so run the loop once more.
+      if (settle_rates && ApplyRates()) continue;
       break;
     }
   }
@@ -1898,7 +1933,7 @@ class MarketEngine::Impl {
       if (next > t) break;
       if (next > now_) now_ = next;
       RunDue();
-      RunInstant();
+      RunInstant(/*settle_rates=*/now_ < t);
       // Work re-armed at now_ (an exhaustion bound that needs its exact check)
       // runs in the next pass; each such entry re-arms strictly later.
       if (NextTime() <= now_) {
@@ -1910,7 +1945,7 @@ class MarketEngine::Impl {
     if (t > now_) {
       now_ = t;
       RefreshDecay();
-      RunInstant();
+      RunInstant(/*settle_rates=*/false);
     }
     return Status::Ok();
   }

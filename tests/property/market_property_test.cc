@@ -15,7 +15,9 @@
 //  - rule 1: a new single order takes an eligible node of lowest obtain price
 //    (a free one on ties);
 //  - rule 3: every ledger entry charges exactly rate x time (with the carried
-//    remainder) at the rate p(n) observed inside its interval;
+//    remainder) at the rate p(n) observed inside its interval, and a holding
+//    is settled only when p(n) changed (not when it moved and came back
+//    within one call);
 //  - price events: the last kPriceChanged per vertex equals its quote;
 //  - notices (§3b): every contested node's reasons are the ones that apply and
 //    its holder's latest notice states them, the deadline and max(q, f);
@@ -836,6 +838,10 @@ void CheckRandomSequence(Profile profile) {
   std::map<uint32_t, Price> decay_bound;             // Node -> P of its latest release (0: none).
   std::map<uint64_t, StaticFloorSpec> static_floors;  // Live static floor policies.
   bool floors_known = true;
+  // (node, holder, t) -> p(n) after each call at t; per node, its latest ledger entry.
+  std::map<std::tuple<uint32_t, uint32_t, Micros>, std::set<Price>> rates_after_calls;
+  std::map<uint32_t, LedgerEntry> last_entry;
+  size_t settle_cursor = 0;
   const size_t setup_ops = ops.size();
   OpGen gen(a, tenants);
 
@@ -1035,6 +1041,7 @@ void CheckRandomSequence(Profile profile) {
       if (!v.ok() || !(v->status == NodeStatus::kHeld || v->status == NodeStatus::kContested)) continue;
       auto q = a.GetEvictionQuote(v->holder, NodeId(i));
       if (q.ok()) observed_rates.push_back({a.now(), v->holder, NodeId(i), q->pays});
+      if (q.ok()) rates_after_calls[{i, v->holder.value, a.now()}].insert(q->pays);
     }
     for (const auto& ev : evs) {
       if (ev.type == EventType::kReleased) holding_ends.insert({ev.node.value, ev.tenant.value, ev.time});
@@ -1045,6 +1052,28 @@ void CheckRandomSequence(Profile profile) {
     }
     std::string ch = CheckCharges(a.ledger(), observed_rates, holding_ends, holding_starts, charge_cursor);
     if (!ch.empty()) fail(ch);
+    // 3b "Settlement": a holding is settled when p(n) changes. A rate that
+    // changes and changes back inside one call has not changed: two entries
+    // of one holding that meet at an instant with the same rate need a call
+    // at that instant that ended with another rate.
+    for (auto led = a.ledger(); settle_cursor < led.size(); ++settle_cursor) {
+      const LedgerEntry& le = led[settle_cursor];
+      auto prev = last_entry.find(le.node.value);
+      if (prev != last_entry.end()) {
+        const LedgerEntry& pe = prev->second;
+        std::tuple<uint32_t, uint32_t, Micros> at{le.node.value, le.tenant.value, le.from};
+        bool same_holding = pe.tenant == le.tenant && pe.time == le.from && !holding_ends.count(at);
+        auto seen = rates_after_calls.find(at);
+        bool rate_moved = seen != rates_after_calls.end() &&
+                          std::any_of(seen->second.begin(), seen->second.end(), [&](Price p) { return p != le.rate; });
+        if (same_holding && pe.rate == le.rate && !rate_moved) {
+          fail("[settlement] node " + std::to_string(le.node.value) + " was settled at " + std::to_string(le.from) +
+               " although p(n) stayed " + std::to_string(le.rate) + " (ledger entries " +
+               std::to_string(settle_cursor - 1) + "... and " + std::to_string(settle_cursor) + ")");
+        }
+      }
+      last_entry[le.node.value] = le;
+    }
 
     // Issue 10's situations, checked after the call.
     if (placer_exhausted) {

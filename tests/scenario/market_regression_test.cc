@@ -490,6 +490,29 @@ TEST_F(ScenarioTest, Regression_ContestFromTheBookSettlesAtAnUnchangedRate) {
   Check();
 }
 
+// The same when a new order contests a held node and, in the same call, takes
+// a free node instead (rule 5: a pending challenger takes a free eligible node
+// at once): the holder's rate rose to its limit and fell back within the call.
+TEST_F(ScenarioTest, Regression_ChallengerMovingToAFreeNodeSettlesAtAnUnchangedRate) {
+  Make();
+  NodeId n0 = Node("n0"), n1 = Node("n1");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  FloorTarget on0, on1;
+  on0.node = n0;
+  on1.node = n1;
+  Policy(0, StaticFloorSpec{on0, U});
+  Policy(0, StaticFloorSpec{on1, 5 * U});
+  Bid(0, a, Leaf(n0), 2 * U);
+  ASSERT_EQ(EQ(a, n0).pays, U);  // max(c = 0, f = 1), below the limit 2.
+  // Obtain prices: n0 2/h + tick, n1 5/h. b contests n0, then takes n1.
+  Bid(10 * S, b, Vertex("h100x8"), 6 * U);
+  ASSERT_EQ(N(n1).holder, b);
+  ASSERT_EQ(N(n0).status, NodeStatus::kHeld);
+  ASSERT_EQ(EQ(a, n0).pays, U);
+  EXPECT_TRUE(e().ledger().empty()) << "settled although p(n0) stayed 1/h";
+  Check();
+}
+
 // Rule 7 / rule 11: exhaustion is found at its exact microsecond however late
 // it falls. When the summed-rate lower bound came early (charges accrue per
 // holding, rounded down), the exact search gave up past kNever / 2, so the
