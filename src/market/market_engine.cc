@@ -5,8 +5,9 @@
 // - After every public call the book is not crossed: no resting single-node
 //   order reaches the obtain price of a node it is eligible for, and no resting
 //   gang outside its cooldown can obtain its k nodes.
-// - A holding's rate p(n) = min(r(n), max(c(n), f(n))) is current, and its
-//   charge since `acc_since` is settled exactly whenever p(n) changes.
+// - After every public call a holding's rate p(n) = min(r(n), max(c(n), f(n)))
+//   is current, and its charge since `acc_since` is settled exactly whenever
+//   p(n) changes (re-derived once per instant, see ApplyRates).
 // - Sum of balances + operator revenue == deposits; balances never go negative.
 //
 // Structure. Per hardware type, nodes are laid out in the topology's leaf order
@@ -1330,7 +1331,8 @@ class MarketEngine::Impl {
           RefreshNode(n);
           UpdateRate(n);
           MarkDirty(n);
-          // New price, same deadline (a raise the clip holds back states none).
+          // New price, same deadline; none if the price it states is unchanged
+          // (a raise that clipping holds at the same effective price).
           if (s.contested && ChallengerPrice(s) >= HolderBar(n) && NoticePrice(n) != s.notice_price) SendNotice(n);
         } else if (s.order_slot == slot && EffFloor(n) > eff) {
           // A floor on a reserved node above the gang's price drops it (handled in review).
