@@ -1217,8 +1217,15 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     static server::AgentOptions ao;
     static std::string value = "10", cap;
     AddClientFlags(cmd, &f);
-    cmd->add_option("--strategy", ao.strategy, "fixed, on-demand, spot, budget, locality, migration")->required();
-    cmd->add_option("--value", value, "What a node-hour is worth, in units");
+    cmd->add_option("--strategy", ao.strategy,
+                    "cost-of-delay (the truthful bid, docs/STRATEGIES.md), fixed, on-demand, spot, budget, locality, "
+                    "migration")
+        ->capture_default_str();
+    cmd->add_option("--value", value,
+                    "What a node-hour is worth, in units; cost-of-delay: what the job finishing in its ideal time is "
+                    "worth");
+    cmd->add_option("--hours", ao.hours, "cost-of-delay: the job's estimated duration alone on --type")
+        ->capture_default_str();
     cmd->add_option("--cap", cap, "budget: the most per node per hour, in units");
     cmd->add_option("--type", ao.node_type, "Hardware type wanted")->capture_default_str();
     cmd->add_option("--location", ao.location, "Narrow to a location path, e.g. eu/eu-1a");

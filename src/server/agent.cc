@@ -1,14 +1,27 @@
 #include "server/agent.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/money.h"
 
 namespace laissez::server {
 
-Result<std::unique_ptr<sdk::PricingStrategy>> MakeStrategy(const AgentOptions& o) {
+Result<std::unique_ptr<sdk::PricingStrategy>> MakeStrategy(const AgentOptions& o, Micros arrival,
+                                                          std::function<Micros()> remaining) {
   if (o.value < 0) return InvalidArgument("value: must not be negative");
   const std::string& s = o.strategy;
+  if (s == "cost-of-delay") {
+    if (!(o.hours > 0) || o.hours > 1e6) return InvalidArgument("hours: must be positive (and at most 1e6)");
+    sdk::CostOfDelay::Params p;
+    p.value = o.value;
+    p.speed_ppm = {{o.node_type, kPpm}};
+    p.arrival = arrival;
+    p.ideal = static_cast<Micros>(o.hours * kMicrosPerHour);
+    p.nodes = std::max<uint32_t>(1, o.count);
+    p.remaining = std::move(remaining);
+    return std::unique_ptr<sdk::PricingStrategy>(std::make_unique<sdk::CostOfDelay>(std::move(p)));
+  }
   if (s == "fixed") return std::unique_ptr<sdk::PricingStrategy>(std::make_unique<sdk::FixedValue>(o.value));
   if (s == "on-demand") return sdk::OnDemandLike(o.value);
   if (s == "spot") return sdk::SpotLike(o.value);
@@ -27,7 +40,8 @@ Result<std::unique_ptr<sdk::PricingStrategy>> MakeStrategy(const AgentOptions& o
     return std::unique_ptr<sdk::PricingStrategy>(
         std::make_unique<sdk::MigrationAware>(std::make_unique<sdk::FixedValue>(o.value), p));
   }
-  return InvalidArgument("strategy: unknown \"" + s + "\" (fixed, on-demand, spot, budget, locality, migration)");
+  return InvalidArgument("strategy: unknown \"" + s +
+                         "\" (cost-of-delay, fixed, on-demand, spot, budget, locality, migration)");
 }
 
 namespace {
@@ -76,8 +90,17 @@ class Listener final : public sdk::AdapterListener {
 
 Result<AgentReport> RunAgent(const AgentOptions& o, const std::atomic<bool>* stop,
                              const std::function<void(const std::string&)>& log) {
-  LZ_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o));
+  LZ_RETURN_IF_ERROR(MakeStrategy(o).status());  // Bad options fail before connecting.
   LZ_ASSIGN_OR_RETURN(auto client, GrpcMarketClient::Connect(o.connect));
+  // cost-of-delay: the job works while it holds all its nodes.
+  const Micros arrival = client->Now();
+  Micros worked = 0, running_since = -1;
+  GrpcMarketClient* c = client.get();
+  auto remaining = [&worked, &running_since, c, &o] {
+    Micros w = worked + (running_since >= 0 ? c->Now() - running_since : 0);
+    return std::max<Micros>(0, static_cast<Micros>(o.hours * kMicrosPerHour) - w);
+  };
+  LZ_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o, arrival, remaining));
   AgentReport report;
   report.tenant = client->tenant_name();
   LZ_ASSIGN_OR_RETURN(auto stream, client->Watch({o.node_type}));
@@ -123,6 +146,12 @@ Result<AgentReport> RunAgent(const AgentOptions& o, const std::atomic<bool>* sto
     for (const auto& e : events) prices |= e.type == market::EventType::kPriceChanged;
     if (!events.empty()) adapter.OnEvents(events);
     if (prices) adapter.MarkDirty();
+    const bool running = adapter.held_count() >= o.count;
+    if (running && running_since < 0) running_since = client->Now();
+    if (!running && running_since >= 0) {
+      worked += client->Now() - running_since;
+      running_since = -1;
+    }
   }
   const auto& s = adapter.stats();
   report.reprices = s.reprices;

@@ -21,13 +21,20 @@
 
 namespace laissez::server {
 
+// The strategy of `laissez agent` (and of other tenant tools) when none is named.
+inline constexpr const char* kDefaultStrategy = "cost-of-delay";
+
 struct AgentOptions {
   ConnectOptions connect;
-  // fixed, on-demand, spot, budget (fixed value capped at `cap`), locality
-  // (fixed value, +`bonus_ppm` for nodes near held ones), migration (fixed
-  // value, premium for the move overhead).
-  std::string strategy = "fixed";
-  Price value = 10 * kMicroUnits;  // What a node-hour is worth to this tenant.
+  // cost-of-delay (the truthful bid for a job of `hours` worth `value`,
+  // docs/STRATEGIES.md), fixed, on-demand, spot, budget (fixed value capped at
+  // `cap`), locality (fixed value, +`bonus_ppm` for nodes near held ones),
+  // migration (fixed value, premium for the move overhead).
+  std::string strategy = kDefaultStrategy;
+  // What a node-hour is worth to this tenant; for cost-of-delay, what the
+  // whole job finishing in its ideal time is worth.
+  Price value = 10 * kMicroUnits;
+  double hours = 1.0;              // cost-of-delay: the job's estimated duration alone on `node_type`.
   Price cap = 0;                   // budget: the most per node per hour.
   Ppm bonus_ppm = 200'000;         // locality.
   Micros overhead = 10 * 60 * kMicrosPerSecond;  // migration: one move's lost work.
@@ -49,8 +56,10 @@ struct AgentReport {
 };
 
 // Builds one of the ready strategies by name; INVALID_ARGUMENT naming
-// "strategy" for an unknown one.
-Result<std::unique_ptr<sdk::PricingStrategy>> MakeStrategy(const AgentOptions& o);
+// "strategy" for an unknown one. cost-of-delay starts its clock at `arrival`
+// and reads the work left from `remaining` (null: all of `hours`).
+Result<std::unique_ptr<sdk::PricingStrategy>> MakeStrategy(const AgentOptions& o, Micros arrival = 0,
+                                                          std::function<Micros()> remaining = nullptr);
 
 // Runs until `seconds` pass or `*stop` turns true. `log` (may be null) gets
 // one line per notable event. Returns the first connection error, if any.
