@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "sdk/strategies.h"
@@ -21,8 +22,9 @@
 
 namespace laissez::server {
 
-// The strategy of `laissez agent` (and of other tenant tools) when none is named.
-inline constexpr const char* kDefaultStrategy = "cost-of-delay";
+// The strategy `laissez agent` and `laissez run` use when none is named: the
+// one place to change the tenant tools' default.
+inline constexpr std::string_view kDefaultStrategy = "cost-of-delay";
 
 struct AgentOptions {
   ConnectOptions connect;
@@ -30,7 +32,7 @@ struct AgentOptions {
   // docs/STRATEGIES.md), fixed, on-demand, spot, budget (fixed value capped at
   // `cap`), locality (fixed value, +`bonus_ppm` for nodes near held ones),
   // migration (fixed value, premium for the move overhead).
-  std::string strategy = kDefaultStrategy;
+  std::string strategy = std::string(kDefaultStrategy);
   // What a node-hour is worth to this tenant; for cost-of-delay, what the
   // whole job finishing in its ideal time is worth.
   Price value = 10 * kMicroUnits;
