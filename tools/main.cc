@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
 #ifdef LAISSEZ_HAVE_SERVER
   laissez::cli::RegisterServerCommands(app, &exit_code);
 #endif
+#ifdef LAISSEZ_HAVE_RUN
+  laissez::cli::RegisterRunCommands(app, &exit_code);
+#endif
 #ifdef LAISSEZ_HAVE_DASHBOARD
   laissez::cli::RegisterReportCommands(app, &exit_code);
 #endif
