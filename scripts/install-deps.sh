@@ -9,6 +9,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
   libsqlite3-dev coinor-libclp-dev gnuplot-nox
   python3-grpcio python3-grpc-tools libcpp-httplib-dev
+  pybind11-dev python3-dev python3-pip python3-setuptools
   chromium
 )
 missing=()
