@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-asan bench reliability fuzz clean
+.PHONY: all deps configure build demo demo-run test test-asan bench reliability fuzz clean
 
 all: build
 
@@ -23,6 +23,11 @@ build: configure
 demo: build
 	./$(BUILD)/laissez experiment all --quick --out out/demo
 	@echo "make demo: report at out/demo/report.md (figures as CSV/PNG/SVG beside it)"
+
+# The tenant path: a local market, the toy job under `laissez run`, a rival that
+# outbids it: notice, checkpoint, move, resume (docs/TENANTS.md).
+demo-run: build
+	/usr/bin/python3 python/examples/run_demo.py --laissez $(BUILD)/laissez
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
