@@ -654,7 +654,9 @@ void Runner::PrintStatus(bool force) {
                  Clock::now() - last_status_ < std::chrono::duration<double>(o_.status_interval_seconds)))
     return;
   last_status_ = Clock::now();
-  std::string state = pid_ > 0 ? (stopping_ ? "stopping" : deadline_ != kNever ? "noticed" : "running") : "bidding";
+  std::string state = request_ == 0 ? "done"
+                      : pid_ > 0    ? (stopping_ ? "stopping" : deadline_ != kNever ? "noticed" : "running")
+                                    : "bidding";
   std::string text = "status: " + state;
   json j = {{"event", "status"}, {"state", state}, {"paid", report_.paid}, {"attempt", report_.attempts}};
   if (pid_ > 0) {

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,79 @@ class RunTest(unittest.TestCase):
         self.assertNotIn("moving", [e["event"] for e in log])
         with open(os.path.join(state, "result")) as f:
             self.assertEqual(int(f.read()), n)
+
+    def start_run(self, name, n, job_args=()):
+        token = self.market.create_tenant(name, "1000")
+        state = os.path.join(self.work, name)
+        p = subprocess.Popen(
+            [ARGS.laissez, "run", "--server", self.market.address, "--token-file", token, "--json",
+             "--type", "h100x8", "--value", "10", "--kill-grace", "1", "--status-interval", "0",
+             "--state-dir", os.path.join(state, "run"),
+             "--", "/usr/bin/python3", JOB, "--n", str(n), "--step", "0.05", "--state", state, *job_args],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        guard = threading.Timer(GUARD_SECONDS, p.kill)
+        guard.start()
+        return p, guard, token, state
+
+    def test_ctrl_c_cancels_stops_and_relinquishes(self):
+        p, guard, token, state = self.start_run("quitter", 10_000)
+        events = []
+        for line in p.stdout:
+            e = json.loads(line)
+            events.append(e)
+            if e["event"] == "started":
+                log = os.path.join(state, "log.jsonl")
+                self.assertTrue(wait_for(lambda: os.path.exists(log) and "start" in read_text(log)))
+                p.send_signal(signal.SIGINT)
+        rc = p.wait()
+        p.stdout.close()
+        guard.cancel()
+        self.assertEqual(rc, 130)
+        kinds = [e["event"] for e in events]
+        self.assertIn("interrupted", kinds)
+        self.assertIn("released", kinds)
+        self.assertTrue(events[-1]["interrupted"])
+        pid = next(e["pid"] for e in events if e["event"] == "started")
+        with self.assertRaises(ProcessLookupError):
+            os.kill(pid, 0)  # The job is gone (reaped by the runner).
+        self.assertEqual(json.loads(self.market.cli("holdings", "--json", token_file=token).stdout).get("nodes", []), [])
+        self.assertEqual(json.loads(self.market.cli("orders", "--json", token_file=token).stdout).get("orders", []), [])
+        self.assertNotIn("done", [e["event"] for e in read_log(state)])
+
+    def test_contest_ends_job_keeps_running(self):
+        # A long grace, so the rival's withdrawal surely comes before the deadline.
+        self.market.set_grace("60s")
+        try:
+            rival = self.market.create_tenant("fickle-rival", "1000")
+            p, guard, token, state = self.start_run("stayer", 100, ["--ignore-signal"])
+            events = []
+            order = None
+            for line in p.stdout:
+                e = json.loads(line)
+                events.append(e)
+                if e["event"] == "started" and order is None:
+                    log = os.path.join(state, "log.jsonl")
+                    self.assertTrue(wait_for(lambda: os.path.exists(log) and "start" in read_text(log)))
+                    r = self.market.cli("bid", "--json", "--scope", e["nodes"][0]["node"], "--price", "50",
+                                        token_file=rival)
+                    order = json.loads(r.stdout)["order"]
+                if e["event"] == "notice":
+                    self.assertTrue(os.path.exists(os.path.join(state, "run", "notice.json")))
+                    self.market.cli("cancel", str(order), token_file=rival)
+            rc = p.wait()
+            p.stdout.close()
+            guard.cancel()
+        finally:
+            self.market.set_grace("3s")
+        self.assertEqual(rc, 0)
+        kinds = [e["event"] for e in events]
+        self.assertIn("signalled", kinds)
+        self.assertIn("contest_ended", kinds)
+        self.assertEqual([e["event"] for e in events if e["event"] == "started"], ["started"])
+        self.assertEqual(events[-1]["attempts"], 1)
+        self.assertEqual(events[-1]["notices"], 1)
+        with open(os.path.join(state, "result")) as f:
+            self.assertEqual(int(f.read()), 100)
 
     def test_budget_cannot_cover_grace_window(self):
         token = self.market.create_tenant("poor", "0.000001")
