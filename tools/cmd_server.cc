@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "common/time_format.h"
 #include "laissez/v1/market.grpc.pb.h"
 #include "server/agent.h"
 #include "server/grpc_client.h"
@@ -58,17 +59,7 @@ bool IsTimeField(const std::string& n) {
   return n == "time" || n == "from" || n == "deadline" || n == "held_since" || n == "now";
 }
 
-std::string FormatTime(int64_t us) {
-  if (us <= 0 || us == INT64_MAX) return us == INT64_MAX ? "never" : "-";
-  std::time_t s = static_cast<std::time_t>(us / 1'000'000);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[64];
-  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>((us / 1000) % 1000));
-  return out;
-}
+std::string FormatTime(int64_t us) { return FormatIsoTime(us); }
 
 json FieldJson(const gp::Message& m, const gp::FieldDescriptor* f, int index);
 

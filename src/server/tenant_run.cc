@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "common/time_format.h"
 #include "server/grpc_client.h"
 
 extern char** environ;
@@ -47,18 +48,6 @@ std::string SignalNameOf(int sig) {
   for (const auto& s : kSignals)
     if (s.number == sig) return s.name;
   return std::to_string(sig);
-}
-
-std::string IsoTime(Micros us) {
-  if (us <= 0 || us == kNever) return us == kNever ? "never" : "-";
-  std::time_t s = static_cast<std::time_t>(us / kMicrosPerSecond);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[64];
-  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>((us / 1000) % 1000));
-  return out;
 }
 
 // Single-quotes `s` for /bin/sh.
@@ -517,7 +506,7 @@ void Runner::HandleHappenings() {
         Micros left = h.deadline - Now();
         json n = {{"node", NodeName(h.node)},
                   {"deadline", h.deadline},
-                  {"deadline_iso", IsoTime(h.deadline)},
+                  {"deadline_iso", FormatIsoTime(h.deadline)},
                   {"seconds_left", std::max<Micros>(0, left) / kMicrosPerSecond},
                   {"price", h.price},
                   {"reasons", market::ReasonNames(h.reasons)},
@@ -532,7 +521,7 @@ void Runner::HandleHappenings() {
         ev["event"] = "notice";
         Emit("notice on " + NodeName(h.node) + ": " + market::ReasonNames(h.reasons) + " at " + FormatMoney(h.price) +
                  "/h; deadline in " + std::to_string(std::max<Micros>(0, left) / kMicrosPerSecond) + " s (" +
-                 IsoTime(h.deadline) + ")" + (ws.ok() ? "" : "; " + ws.ToString()),
+                 FormatIsoTime(h.deadline) + ")" + (ws.ok() ? "" : "; " + ws.ToString()),
              ev);
         if (on_job) {
           deadline_ = std::min(deadline_, h.deadline);
