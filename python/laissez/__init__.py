@@ -40,6 +40,7 @@ from .client import Client, LaissezError  # noqa: E402
 from .adapter import (  # noqa: E402
     BudgetCapped,
     Connection,
+    CostOfDelay,
     DeadlineUrgency,
     DEFAULT_STRATEGY,
     EconAdapter,
@@ -60,7 +61,7 @@ from .adapter import (  # noqa: E402
 from .local import LocalMarket  # noqa: E402
 
 __all__ = [
-    "BudgetCapped", "Client", "Connection", "DEFAULT_STRATEGY", "DeadlineUrgency", "EconAdapter", "FixedValue",
+    "BudgetCapped", "Client", "Connection", "CostOfDelay", "DEFAULT_STRATEGY", "DeadlineUrgency", "EconAdapter", "FixedValue",
     "GangAware", "INF_PRICE", "LaissezError", "LocalMarket", "LocalityAware", "MICROS_PER_HOUR",
     "MICROS_PER_SECOND", "MICRO_UNITS", "MarketError", "MigrationAware", "NodeSpec", "OrderBookView",
     "PricingStrategy", "ThroughputValue", "format_money", "make_strategy", "on_demand_like", "run_adapter",

@@ -37,6 +37,7 @@ DeadlineUrgency = _native.DeadlineUrgency
 LocalityAware = _native.LocalityAware
 GangAware = _native.GangAware
 MigrationAware = _native.MigrationAware
+CostOfDelay = _native.CostOfDelay
 on_demand_like = _native.on_demand_like
 spot_like = _native.spot_like
 make_strategy = _native.make_strategy

@@ -238,17 +238,19 @@ PYBIND11_MODULE(_native, m) {
            py::arg("inner"), py::arg("max_per_node"), py::arg("horizon") = 0);
   py::class_<sdk::DeadlineUrgency, sdk::PricingStrategy>(m, "DeadlineUrgency", "Urgency rising as a deadline nears.")
       .def(py::init([](py::object inner, Micros deadline, std::function<Micros()> remaining, Ppm relaxed_ppm,
-                       Ppm urgent_ppm, Ppm relaxed_slack_ppm) {
+                       Ppm urgent_ppm, Ppm relaxed_slack_ppm, Ppm urgent_slack_ppm) {
              sdk::DeadlineUrgency::Params p;
              p.deadline = deadline;
              p.remaining = std::move(remaining);
              p.relaxed_ppm = relaxed_ppm;
              p.urgent_ppm = urgent_ppm;
              p.relaxed_slack_ppm = relaxed_slack_ppm;
+             p.urgent_slack_ppm = urgent_slack_ppm;
              return std::make_unique<sdk::DeadlineUrgency>(Inner(std::move(inner)), std::move(p));
            }),
            py::arg("inner"), py::arg("deadline"), py::arg("remaining"), py::arg("relaxed_ppm") = 500'000,
-           py::arg("urgent_ppm") = 3'000'000, py::arg("relaxed_slack_ppm") = 3'000'000)
+           py::arg("urgent_ppm") = 3'000'000, py::arg("relaxed_slack_ppm") = 3'000'000,
+           py::arg("urgent_slack_ppm") = 1'500'000)
       .def("factor_at", &sdk::DeadlineUrgency::FactorAt, py::arg("now"));
   py::class_<sdk::LocalityAware, sdk::PricingStrategy>(m, "LocalityAware", "Nodes near held ones are worth more.")
       .def(py::init([](py::object inner, Ppm bonus_ppm) {
@@ -270,6 +272,34 @@ PYBIND11_MODULE(_native, m) {
            py::arg("inner"), py::arg("overhead") = 0, py::arg("uncommitted") = nullptr,
            py::arg("amortization") = kMicrosPerHour)
       .def("premium", &sdk::MigrationAware::Premium, py::arg("value"));
+  py::class_<sdk::CostOfDelay, sdk::PricingStrategy>(
+      m, "CostOfDelay", "The truthful bid under a retention utility: what the job loses per node-hour without the node "
+                        "(batch or serving; docs/STRATEGIES.md).")
+      .def(py::init([](const std::string& kind, laissez::Price value, std::unordered_map<std::string, Ppm> speed_ppm,
+                       Micros arrival, Micros ideal, uint32_t nodes, std::function<Micros()> remaining,
+                       std::function<Micros()> uncommitted, Micros overhead, Micros amortization, Micros deadline) {
+             sdk::CostOfDelay::Params p;
+             if (kind == "batch") p.kind = sdk::CostOfDelay::Kind::kBatch;
+             else if (kind == "serving") p.kind = sdk::CostOfDelay::Kind::kServing;
+             else throw py::value_error("kind: \"" + kind + "\" is not batch or serving");
+             p.value = value;
+             p.speed_ppm = std::move(speed_ppm);
+             p.arrival = arrival;
+             p.ideal = ideal;
+             p.nodes = nodes;
+             p.remaining = std::move(remaining);
+             p.uncommitted = std::move(uncommitted);
+             p.overhead = overhead;
+             p.amortization = amortization;
+             p.deadline = deadline;
+             return std::make_unique<sdk::CostOfDelay>(std::move(p));
+           }),
+           py::arg("kind") = "batch", py::arg("value") = 0, py::arg("speed_ppm") = std::unordered_map<std::string, Ppm>{},
+           py::arg("arrival") = 0, py::arg("ideal") = 0, py::arg("nodes") = 1, py::arg("remaining") = nullptr,
+           py::arg("uncommitted") = nullptr, py::arg("overhead") = 0, py::arg("amortization") = kMicrosPerHour,
+           py::arg("deadline") = kNever)
+      .def("delay_cost_per_hour", &sdk::CostOfDelay::DelayCostPerHour, py::arg("now"), py::arg("speed_ppm"),
+           py::arg("held"));
   m.def(
       "make_strategy",
       [](const std::string& name, laissez::Price value, laissez::Price cap, Ppm bonus_ppm, Micros overhead) {
@@ -324,14 +354,15 @@ PYBIND11_MODULE(_native, m) {
            py::arg("connection"), py::arg("strategy"), py::arg("listener") = py::none())
       .def(
           "add",
-          [](Adapter& a, std::vector<sdk::NodeSpec> options, uint32_t count, bool gang) {
+          [](Adapter& a, std::vector<sdk::NodeSpec> options, uint32_t count, bool gang, bool mixed_types) {
             sdk::Request r;
             r.options = std::move(options);
             r.count = count;
             r.gang = gang;
+            r.mixed_types = mixed_types;
             return Take(a.adapter.Add(std::move(r)));
           },
-          py::arg("options"), py::arg("count") = 1, py::arg("gang") = true,
+          py::arg("options"), py::arg("count") = 1, py::arg("gang") = true, py::arg("mixed_types") = false,
           "Wants `count` nodes of one of `options` (in order of preference); returns the request id.")
       .def("remove", [](Adapter& a, sdk::RequestId id) { Check(a.adapter.Remove(id)); }, py::arg("request"),
            "Cancels the request's orders and relinquishes its nodes.")

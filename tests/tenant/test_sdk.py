@@ -177,6 +177,11 @@ class SdkTest(unittest.TestCase):
                                       remaining=lambda: laissez.MICROS_PER_HOUR)
         self.assertEqual(urg.factor_at(0), 500_000)
         self.assertEqual(urg.factor_at(9 * laissez.MICROS_PER_HOUR), 3_000_000)
+        cod = laissez.CostOfDelay(value=units(100), speed_ppm={"h100x8": 1_000_000}, ideal=laissez.MICROS_PER_HOUR)
+        self.assertGreater(cod.delay_cost_per_hour(0, 1_000_000, False), 0)
+        with self.assertRaises(ValueError) as cm:
+            laissez.CostOfDelay(kind="interactive")
+        self.assertIn("kind:", str(cm.exception))
         for name in ("fixed", "on-demand", "spot", "locality", "migration", laissez.DEFAULT_STRATEGY):
             self.assertIsInstance(laissez.make_strategy(name, value=units(3)), laissez.PricingStrategy)
         laissez.LocalityAware(laissez.on_demand_like(units(30)), 100_000)
