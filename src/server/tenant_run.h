@@ -19,8 +19,9 @@
 //    the adapter bids again, and step 2 restarts the job with the resume flag.
 // 5. The deadline passes (or a node is lost) while the job runs: SIGTERM to
 //    the group, SIGKILL `kill_grace` later, then as in step 4.
-// 6. Exit 0: everything is released and RunTenantJob returns. Any other exit:
-//    released, returned as a failure with the job's code.
+// 6. Exit 0: everything is released and RunTenantJob returns. Death by the
+//    notice signal itself (the job does not handle it): as step 5. Any other
+//    exit: released, returned as a failure with the job's code.
 // 7. `*stop` turns true (Ctrl-C): orders cancelled, the job stopped as in
 //    step 5, nodes relinquished.
 //
