@@ -66,15 +66,6 @@ std::string Seconds(double s) {
   return buf;
 }
 
-std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {
-  size_t pos = 0;
-  while ((pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
-  }
-  return s;
-}
-
 // Writes `text` to `path` through a temporary file and a rename, so a reader
 // never sees half a notice.
 Status WriteFileAtomic(const std::string& path, const std::string& text) {
@@ -375,16 +366,7 @@ Status Runner::StartJob() {
   if (o_.launcher.empty()) {
     args = o_.command;
   } else {
-    std::string cmd, env;
-    for (const auto& w : o_.command) cmd += (cmd.empty() ? "" : " ") + ShellQuote(w);
-    for (const auto& [k, v] : vars) env += (env.empty() ? "" : " ") + k + "=" + ShellQuote(v);
-    std::string line = o_.launcher;
-    line = ReplaceAll(line, "{command}", cmd);
-    line = ReplaceAll(line, "{env}", env);
-    line = ReplaceAll(line, "{nodes}", ShellQuote(nodes));
-    line = ReplaceAll(line, "{node}", ShellQuote(first));
-    line = ReplaceAll(line, "{tenant}", ShellQuote(report_.tenant));
-    args = {"/bin/sh", "-c", line};
+    args = {"/bin/sh", "-c", ExpandLauncher(o_.launcher, o_.command, vars, nodes, first, report_.tenant)};
   }
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -776,6 +758,34 @@ Result<RunReport> Runner::Run() {
 }
 
 }  // namespace
+
+std::string ExpandLauncher(const std::string& tmpl, const std::vector<std::string>& command,
+                           const std::vector<std::pair<std::string, std::string>>& env, const std::string& nodes,
+                           const std::string& node, const std::string& tenant) {
+  std::string cmd, assignments;
+  for (const auto& w : command) cmd += (cmd.empty() ? "" : " ") + ShellQuote(w);
+  for (const auto& [k, v] : env) assignments += (assignments.empty() ? "" : " ") + k + "=" + ShellQuote(v);
+  const std::pair<const char*, std::string> fields[] = {{"{command}", cmd},
+                                                        {"{env}", assignments},
+                                                        {"{nodes}", ShellQuote(nodes)},
+                                                        {"{node}", ShellQuote(node)},
+                                                        {"{tenant}", ShellQuote(tenant)}};
+  // One pass, so text that a field brings in (an argument "{node}") stays as it is.
+  std::string out;
+  for (size_t i = 0; i < tmpl.size();) {
+    bool replaced = false;
+    for (const auto& [key, value] : fields) {
+      if (tmpl.compare(i, std::strlen(key), key) == 0) {
+        out += value;
+        i += std::strlen(key);
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += tmpl[i++];
+  }
+  return out;
+}
 
 Result<int> ParseSignal(const std::string& text, std::string_view field) {
   if (text.empty()) return InvalidArgument(std::string(field) + ": must not be empty");

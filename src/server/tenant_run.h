@@ -33,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -88,6 +89,13 @@ struct RunReport {
 // (ABORTED) or a lost connection (UNAVAILABLE). `emit` gets every event.
 Result<RunReport> RunTenantJob(const RunOptions& o, const std::atomic<bool>* stop,
                                const std::function<void(const RunEvent&)>& emit);
+
+// The launcher command line: `tmpl` with {command} (the words shell-quoted),
+// {env} (KEY='value' assignments), {nodes}, {node} and {tenant} (quoted)
+// replaced in one pass. Exposed for tests.
+std::string ExpandLauncher(const std::string& tmpl, const std::vector<std::string>& command,
+                           const std::vector<std::pair<std::string, std::string>>& env, const std::string& nodes,
+                           const std::string& node, const std::string& tenant);
 
 // Parses a signal name ("USR1", "SIGUSR1", "TERM", ...) or number.
 // INVALID_ARGUMENT naming `field` otherwise.
