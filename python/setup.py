@@ -49,7 +49,7 @@ setup(
     version="0.1.0",
     description="LaissezCloud tenant SDK: EconAdapter, strategies and gRPC client",
     packages=["laissez"],
-    package_data={"laissez": ["py.typed"]},
+    package_data={"laissez": ["py.typed", "*.pyi"]},
     python_requires=">=3.9",
     install_requires=[],  # grpcio and protobuf: Debian's python3-grpcio / python3-protobuf.
     cmdclass={"build_py": BuildWithNative},

@@ -220,6 +220,20 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("held 1 node(s)", r.stdout)
 
+    def test_type_stub_matches_the_native_module(self):
+        import ast
+        from laissez import _native
+        with open(os.path.join(ROOT, "python", "laissez", "_native.pyi")) as f:
+            tree = ast.parse(f.read())
+        stubbed = set()
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                stubbed.add(node.name)
+            elif isinstance(node, ast.AnnAssign):
+                stubbed.add(node.target.id)
+        public = {n for n in dir(_native) if not n.startswith("_")}
+        self.assertEqual(stubbed, public)
+
     def test_pip_install_offline(self):
         work = tempfile.mkdtemp(prefix="laissez-pip-")
         target = os.path.join(work, "site")
