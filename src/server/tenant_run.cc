@@ -604,7 +604,7 @@ void Runner::ReleaseEverything() {
   // wait a bounded time for those events so the report's spend is complete.
   std::vector<uint32_t> pending;
   for (NodeId n : held) pending.push_back(n.value);
-  auto until = Clock::now() + std::chrono::seconds(5);
+  auto until = Clock::now() + std::chrono::seconds(30);
   while (!pending.empty() && Clock::now() < until && stream_->open()) {
     std::vector<market::Event> events;
     if (!stream_->Poll(&events, 100).ok()) break;

@@ -148,7 +148,13 @@ class RunTest(unittest.TestCase):
 
     def test_checkpoint_move_resume(self):
         n = 100
-        rc, events, state, token = self.run_job("coop", n, [], ["--metadata-listen", "127.0.0.1:0"])
+        # A long grace: the job checkpoints and leaves long before it, however busy the
+        # machine, and leaving early moves the node at once.
+        self.market.set_grace("60s")
+        try:
+            rc, events, state, token = self.run_job("coop", n, [], ["--metadata-listen", "127.0.0.1:0"])
+        finally:
+            self.market.set_grace("3s")
         self.assertEqual(rc, 0, self.stderr)
         kinds = [e["event"] for e in events]
         for k in ("bidding", "allocated", "started", "notice", "signalled", "exited", "relinquished", "summary"):
