@@ -153,7 +153,7 @@ void RegisterRunCommands(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--kill-grace", f.kill_grace, "Seconds between SIGTERM and SIGKILL at the deadline")
       ->capture_default_str();
-  cmd->add_option("--state-dir", f.o.state_dir, "Directory of the notice file (default: a new temporary directory)");
+  cmd->add_option("--state-dir", f.o.state_dir, "Directory of the notice file (default: a new temporary directory, removed at the end)");
   cmd->add_option("--metadata-listen", f.o.metadata_listen,
                   "Serve GET /laissez/v1/notice (404: no notice) and /laissez/v1/job on HOST:PORT (port 0: any)");
   cmd->add_option("--max-restarts", f.o.max_restarts, "Give up after this many moves")->capture_default_str();

@@ -9,6 +9,7 @@ paid on each node.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ def main() -> int:
     ap.add_argument("--step", type=float, default=0.1, help="seconds per count")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="laissez-demo-run-")
-    say(f"starting a local market (two h100x8 nodes, grace 5 s, floor 2/h) in {work}")
+    say("starting a local market (two h100x8 nodes, grace 5 s, floor 2/h)")
     with LocalMarket(a.laissez, os.path.join(ROOT, "scenarios", "clusters", "tenant_demo.yaml"),
                      workdir=os.path.join(work, "market")) as m:
         m.set_grace("5s")
@@ -78,7 +79,8 @@ def main() -> int:
         say("the ledger: " + ", ".join(f"{n}: {v / 1e6:.6f}" for n, v in sorted(per_node.items())))
         ok = rc == 0 and summary.get("attempts") == 2 and len(starts) == 2 and starts[0]["node"] != starts[1]["node"]
         say("done: noticed, checkpointed, moved, resumed and finished" if ok else f"unexpected end (exit {rc})")
-        return 0 if ok else 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

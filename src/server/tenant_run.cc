@@ -167,6 +167,7 @@ class Runner {
   std::unique_ptr<sdk::EconAdapter> adapter_;
   sdk::RequestId request_ = 0;
   std::string state_dir_, notice_path_;
+  bool own_state_dir_ = false;  // Made by us, so removed at the end.
   NoticeBoard board_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
@@ -297,6 +298,7 @@ Status Runner::Setup() {
     buf.push_back('\0');
     if (!::mkdtemp(buf.data())) return Internal("state-dir: cannot create a temporary directory");
     state_dir_ = buf.data();
+    own_state_dir_ = true;
   } else {
     std::error_code ec;
     std::filesystem::create_directories(state_dir_, ec);
@@ -749,6 +751,10 @@ Result<RunReport> Runner::Run() {
     report_.job_exit_code = code;
   }
   ClearNotice();
+  if (own_state_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(state_dir_, ec);
+  }
   if (request_) ReleaseEverything();
   HandleHappenings();
   PrintStatus(true);

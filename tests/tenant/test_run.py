@@ -343,6 +343,9 @@ class RunTest(unittest.TestCase):
         events = [json.loads(line) for line in r.stdout.splitlines()]
         self.assertEqual(events[-1]["event"], "summary")
         self.assertIn("released", [e["event"] for e in events])
+        # The runner made its own state folder (no --state-dir), so it removed it.
+        notice_file = next(e["notice_file"] for e in events if e["event"] == "bidding")
+        self.assertFalse(os.path.exists(os.path.dirname(notice_file)))
         held = self.market.cli("holdings", "--json", token_file=token)
         self.assertEqual(json.loads(held.stdout).get("nodes", []), [])
 
