@@ -135,9 +135,16 @@ void RegisterRunCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--tls-ca", f.tls_ca, "CA certificate (PEM) for a TLS server");
   cmd->add_flag("--json", f.json, "Events as JSON Lines on stdout (one object per line), progress on stderr");
   // Market and strategy: as `laissez agent`.
-  cmd->add_option("--strategy", f.o.agent.strategy, "fixed, on-demand, spot, budget, locality, migration")
+  cmd->add_option("--strategy", f.o.agent.strategy,
+                  "cost-of-delay (the truthful bid, docs/STRATEGIES.md), fixed, on-demand, spot, budget, locality, "
+                  "migration")
       ->capture_default_str();
-  cmd->add_option("--value", f.value, "What a node-hour is worth to the job, in units")->capture_default_str();
+  cmd->add_option("--value", f.value,
+                  "What a node-hour is worth to the job, in units; cost-of-delay: what the job finishing in its "
+                  "ideal time is worth")
+      ->capture_default_str();
+  cmd->add_option("--hours", f.o.agent.hours, "cost-of-delay: the job's estimated duration alone on --type")
+      ->capture_default_str();
   cmd->add_option("--cap", f.cap, "budget: the most per node per hour, in units");
   cmd->add_option("--type", f.o.agent.node_type, "Hardware type wanted")->capture_default_str();
   cmd->add_option("--location", f.o.agent.location, "Narrow to a location path, e.g. eu/eu-1a");

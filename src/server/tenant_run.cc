@@ -174,6 +174,9 @@ class Runner {
   int metadata_port_ = 0;
 
   // The job.
+  Micros arrival_ = 0;         // When the runner started (cost-of-delay's clock).
+  Micros worked_ = 0;          // Time the job ran, over all attempts (an estimate of its progress).
+  Micros running_since_ = -1;  // Start of the current attempt; -1 while no process runs.
   pid_t pid_ = -1;
   bool resume_ = false;
   std::vector<NodeId> job_nodes_;
@@ -281,8 +284,14 @@ Status Runner::StartMetadata() {
 
 Status Runner::Setup() {
   LZ_RETURN_IF_ERROR(Validate());
-  LZ_ASSIGN_OR_RETURN(strategy_, MakeStrategy(o_.agent));
+  LZ_RETURN_IF_ERROR(MakeStrategy(o_.agent).status());  // Bad options fail before connecting.
   LZ_ASSIGN_OR_RETURN(client_, GrpcMarketClient::Connect(o_.agent.connect));
+  // cost-of-delay: the job entered the system now and works while its process runs.
+  arrival_ = Now();
+  LZ_ASSIGN_OR_RETURN(strategy_, MakeStrategy(o_.agent, arrival_, [this] {
+                        Micros w = worked_ + (running_since_ >= 0 ? Now() - running_since_ : 0);
+                        return std::max<Micros>(0, static_cast<Micros>(o_.agent.hours * kMicrosPerHour) - w);
+                      }));
   report_.tenant = client_->tenant_name();
   LZ_ASSIGN_OR_RETURN(stream_, client_->Watch({o_.agent.node_type}));
   // A balance that is gone cannot cover any grace window: refuse before bidding.
@@ -399,6 +408,7 @@ Status Runner::StartJob() {
   }
   ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once finds the group.
   pid_ = pid;
+  running_since_ = Now();
   report_.nodes_used.push_back(nodes);
   PublishJob();
   std::string prices;
@@ -440,6 +450,10 @@ bool Runner::Reap(int* code, bool* signalled) {
   // Anything the job left behind in its group goes with it.
   ::kill(-pid_, SIGKILL);
   pid_ = -1;
+  if (running_since_ >= 0) {
+    worked_ += Now() - running_since_;
+    running_since_ = -1;
+  }
   *signalled = WIFSIGNALED(st);
   *code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return true;
