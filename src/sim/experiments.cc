@@ -972,7 +972,7 @@ Status RunExperiment(const std::string& name, const ExperimentOptions& options) 
     else if (n == "heldout") s = Heldout(options, &section);
     else if (n == "scale") s = Scale(options, &section);
     if (!s.ok()) return Status(s.code(), n + ": " + s.message());
-    section += "\nFiles: `" + n + ".csv`, `" + n + ".png`, `" + n + ".svg`.\n";
+    section += "\nFiles: `" + n + ".csv`" + (n == "heldout" ? std::string(".\n") : ", `" + n + ".png`, `" + n + ".svg`.\n");
     LZ_RETURN_IF_ERROR(UpdateReport(options.out_dir, n, section));
     if (options.log) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
