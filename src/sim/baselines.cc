@@ -224,8 +224,16 @@ class BaselineSim final : public OnlineSim {
         }
       }
       if (Reclaims()) {
-        for (int t : ranked)
-          if (TryReclaim(e, t)) return false;
+        for (int t : ranked) {
+          if (!TryReclaim(e, t)) continue;
+          // SRPT's victims with nothing to save leave at once: start now if
+          // that was enough, rather than at the next event.
+          if (incoming_[e.job] == 0 && mine.size() + free_[static_cast<size_t>(t)].size() >= e.count) {
+            TakeReserved(e.job, t, e.count);
+            return true;
+          }
+          return false;
+        }
       }
       return false;
     }

@@ -173,6 +173,20 @@ TEST(SrptTest, PreemptsTheLongestJobAtItsCheckpointForAShortOne) {
   EXPECT_GT(od->jobs[1].finish, od->jobs[0].finish);
 }
 
+// Regression: when SRPT's victim was not running (still restoring) it left at
+// once, but the claimant waited for the next event to start on its nodes.
+TEST(SrptTest, AClaimantStartsAtOnceWhenItsVictimHadNothingToSave) {
+  // The long job arrives at 0 and restores until 300 s; the short one
+  // arrives at 100 s: the long one leaves at once and the short one starts.
+  World w = Tiny(1, {Batch(0, 1, 10, 10), Batch(100 * kMicrosPerSecond, 1, 1, 10)}, Utility::kRetention);
+  RunOptions o;
+  o.record_allocations = true;
+  auto r = BaselineMechanism(BaselinePolicy::kSrpt).Run(w, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(FirstGrant(*r, 1), 100 * kMicrosPerSecond);
+  EXPECT_EQ(r->jobs[0].lost_work_hours, 0.0);
+}
+
 TEST(OnDemandTest, SmallestFirstServesTheShortestWaitingJobFirst) {
   World w = Tiny(1, {Batch(0, 1, 1, 10), Batch(10 * kMinute, 1, 8, 10), Batch(20 * kMinute, 1, 1, 10)});
   auto sf = BaselineMechanism(BaselinePolicy::kOnDemandSmallest).Run(w, RunOptions{});
