@@ -2442,6 +2442,9 @@ Result<TenantId> MarketEngine::CreateTenant(Micros t, std::string name, Money ba
     if (m.tenant_by_name_.count(name)) return AlreadyExists("name: tenant '" + name + "' already exists");
     if (balance < 0) return InvalidArgument("balance: must not be negative");
     if (max_rate < 0) return InvalidArgument("max_rate: must not be negative");
+    if (m.totals_.deposited > kInfPrice - 1 - balance) {
+      return InvalidArgument("balance: the market's total deposits would overflow int64 micro-units");
+    }
     TenantId id(static_cast<uint32_t>(m.tenants_.size()));
     m.tenants_.emplace_back();
     Tenant& tn = m.tenants_.back();
@@ -2465,6 +2468,11 @@ Status MarketEngine::Deposit(Micros t, TenantId tenant, Money amount) {
     if (amount <= 0) return InvalidArgument("amount: must be positive");
     Tenant& tn = m.tenants_[tenant.value];
     if (tn.balance > kInfPrice - amount) return InvalidArgument("amount: balance would overflow");
+    // Every money total of the ledger is bounded by what was deposited, so
+    // keeping the market's deposits below int64's limit keeps them all exact.
+    if (m.totals_.deposited > kInfPrice - 1 - amount) {
+      return InvalidArgument("amount: the market's total deposits would overflow int64 micro-units");
+    }
     tn.balance += amount;
     tn.deposited += amount;
     m.totals_.deposited += amount;

@@ -1,5 +1,7 @@
 #include "market/operation.h"
 
+#include "market/validate.h"
+
 namespace laissez::market {
 namespace {
 
@@ -48,6 +50,8 @@ struct Namer {
 }  // namespace
 
 ApplyResult Apply(MarketEngine& engine, const Operation& op) {
+  // The same field checks for a live call and for the replay of its record.
+  if (Status st = ValidateOperation(op); !st.ok()) return {std::move(st), UINT64_MAX};
   return std::visit(Applier{engine, op.time}, op.body);
 }
 

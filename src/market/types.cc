@@ -1,15 +1,27 @@
 #include "market/types.h"
 
+#include <string>
+
 namespace laissez::market {
 
 Status ValidateParams(const MarketParams& p) {
-  if (p.grace < 0) return InvalidArgument("grace: must not be negative");
+  // Durations are bounded so that engine time plus any of them never
+  // overflows (min_hold = INT64_MAX used to wrap and turn the hold off).
+  auto duration = [&](Micros v, const char* field) -> Status {
+    if (v < 0) return InvalidArgument(std::string(field) + ": must not be negative");
+    if (v > kMaxDuration) {
+      return InvalidArgument(std::string(field) + ": must be at most " + std::to_string(kMaxDuration) +
+                             " microseconds (100 years) (got " + std::to_string(v) + ")");
+    }
+    return Status::Ok();
+  };
+  LZ_RETURN_IF_ERROR(duration(p.grace, "grace"));
   if (p.hysteresis_ppm < 0 || p.hysteresis_ppm > 100 * kPpm) return InvalidArgument("hysteresis_ppm: must be in [0, 100000000]");
   if (p.tick < 1) return InvalidArgument("tick: must be at least 1 micro-unit");
   if (p.clip_alpha_ppm < 0 || p.clip_alpha_ppm > 100 * kPpm) return InvalidArgument("clip_alpha_ppm: must be in [0, 100000000]");
-  if (p.clip_interval < 0) return InvalidArgument("clip_interval: must not be negative");
+  LZ_RETURN_IF_ERROR(duration(p.clip_interval, "clip_interval"));
   if (p.decay_beta < 0 || p.decay_beta == kInfPrice) return InvalidArgument("decay_beta: must be finite and not negative");
-  if (p.min_hold < 0) return InvalidArgument("min_hold: must not be negative");
+  LZ_RETURN_IF_ERROR(duration(p.min_hold, "min_hold"));
   return Status::Ok();
 }
 

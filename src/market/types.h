@@ -30,7 +30,12 @@ struct MarketParams {
 
   bool operator==(const MarketParams&) const = default;
 };
-// INVALID_ARGUMENT naming the field if a parameter is out of range.
+// Longest duration a parameter or policy may carry: 100 years. Far beyond any
+// real setting, and small enough that engine time (microseconds since the Unix
+// epoch) plus it never overflows int64.
+inline constexpr Micros kMaxDuration = 100LL * 365 * 24 * 3600 * kMicrosPerSecond;
+// INVALID_ARGUMENT naming the field if a parameter is out of range; durations
+// (grace, clip_interval, min_hold) must be in [0, kMaxDuration].
 Status ValidateParams(const MarketParams& p);
 
 // A locality constraint relative to a node the tenant holds.
