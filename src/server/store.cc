@@ -1,7 +1,14 @@
 #include "server/store.h"
 
+#include <fcntl.h>
+#include <openssl/rand.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -21,7 +28,12 @@ class MemoryStore final : public Store {
     }
     journal_.insert(journal_.end(), batch.journal.begin(), batch.journal.end());
     for (const auto& t : batch.tokens) tokens_[t.id] = t;
+    if (!batch.identity.empty()) identity_ = batch.identity;
     return Status::Ok();
+  }
+  Result<std::string> Identity() override {
+    std::lock_guard lock(mu_);
+    return identity_;
   }
   Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) override {
     std::vector<JournalRecord> copy;
@@ -52,16 +64,40 @@ class MemoryStore final : public Store {
   std::mutex mu_;
   std::vector<JournalRecord> journal_;
   std::map<uint64_t, TokenRecord> tokens_;
+  std::string identity_;
 };
+
+// ---------------------------------------------------------------------------
+// The sidecar: one fixed-length line, rewritten in place with one pwrite.
+
+constexpr char kSidecarMagic[] = "laissez-sidecar v1";
+
+std::string FormatSidecar(const Sidecar& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s identity=%s seq=%020" PRIu64 " commits=%020" PRIu64 "\n", kSidecarMagic,
+                s.identity.c_str(), s.seq, s.commits);
+  return buf;
+}
+
+Status FsyncDir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return Status::Ok();  // Best effort: some file systems refuse.
+  ::fsync(fd);
+  ::close(fd);
+  return Status::Ok();
+}
 
 // ---------------------------------------------------------------------------
 // SQLite, WAL mode, synchronous=FULL: a commit returns after the WAL is fsynced.
 class SqliteStore final : public Store {
  public:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   ~SqliteStore() override {
-    for (auto* s : {insert_journal_, upsert_token_}) sqlite3_finalize(s);
+    for (auto* s : {insert_journal_, upsert_token_, put_meta_, count_commit_}) sqlite3_finalize(s);
     sqlite3_close(db_);
+    if (sidecar_fd_ >= 0) ::close(sidecar_fd_);
   }
 
   Status Init() {
@@ -72,15 +108,75 @@ class SqliteStore final : public Store {
         "CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, hash TEXT NOT NULL UNIQUE, role TEXT NOT NULL,"
         " tenant_id INTEGER NOT NULL, name TEXT NOT NULL, revoked INTEGER NOT NULL, created INTEGER NOT NULL);"
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-        "INSERT OR IGNORE INTO meta(key, value) VALUES('format', 'laissez-journal-v1');";
+        "INSERT OR IGNORE INTO meta(key, value) VALUES('format', 'laissez-journal-v1');"
+        "INSERT OR IGNORE INTO meta(key, value) VALUES('commits', '0');";
     LZ_RETURN_IF_ERROR(Exec(schema));
     // journal_mode=WAL answers with a row; check it took effect (not on :memory:).
     LZ_RETURN_IF_ERROR(Prepare("INSERT INTO journal(seq, actor, line) VALUES(?, ?, ?)", &insert_journal_));
     LZ_RETURN_IF_ERROR(Prepare(
         "INSERT OR REPLACE INTO tokens(id, hash, role, tenant_id, name, revoked, created) VALUES(?,?,?,?,?,?,?)",
         &upsert_token_));
-    return Status::Ok();
+    LZ_RETURN_IF_ERROR(Prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &put_meta_));
+    LZ_RETURN_IF_ERROR(
+        Prepare("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'commits'", &count_commit_));
+    return CheckSidecar();
   }
+
+  // See OpenSqliteStore.
+  Status CheckSidecar() {
+    LZ_ASSIGN_OR_RETURN(identity_, Meta("identity"));
+    LZ_ASSIGN_OR_RETURN(std::string commits, Meta("commits"));
+    commits_ = std::strtoull(commits.c_str(), nullptr, 10);
+    LZ_ASSIGN_OR_RETURN(last_seq_, LastSeq());
+    LZ_ASSIGN_OR_RETURN(auto tokens, LoadTokens());
+    std::string side = SidecarPath(path_);
+    auto sidecar = ReadSidecar(side);
+    if (!sidecar.ok() && sidecar.status().code() != StatusCode::kNotFound) return sidecar.status();
+    if (identity_.empty() && (last_seq_ > 0 || !tokens.empty())) {
+      // A database from before identities: adopt it.
+      if (sidecar.ok()) {
+        return FailedPrecondition("db: " + path_ + " has no identity but " + side +
+                                  " exists; it belongs to another database");
+      }
+      std::string id = NewIdentity();
+      Batch b;
+      b.identity = id;
+      LZ_RETURN_IF_ERROR(Commit(b));
+      return Status::Ok();
+    }
+    if (identity_.empty()) {
+      // No market yet.
+      if (!sidecar.ok()) return Status::Ok();
+      if (sidecar->commits == 0) {
+        pending_identity_ = sidecar->identity;  // A creation that never committed.
+        return Status::Ok();
+      }
+      return DataLoss("db: " + path_ + " holds no market, but " + side + " says market " + sidecar->identity +
+                      " committed " + std::to_string(sidecar->commits) + " transactions up to journal seq " +
+                      std::to_string(sidecar->seq) +
+                      ": the database or its write-ahead log (-wal) was lost. Restore them from a backup; to start "
+                      "a new market on purpose, move the old database, its sidecar and admin-token file away");
+    }
+    if (!sidecar.ok()) return WriteSidecar(/*create=*/true);  // E.g. a database copied without it.
+    if (sidecar->identity != identity_) {
+      return FailedPrecondition("db: " + path_ + " is market " + identity_ + " but " + side + " belongs to market " +
+                                sidecar->identity + "; the database and its sidecar do not belong together");
+    }
+    if (sidecar->seq > last_seq_ || sidecar->commits > commits_) {
+      return DataLoss("db: " + path_ + " ends at journal seq " + std::to_string(last_seq_) + " after " +
+                      std::to_string(commits_) + " commits, but " + side + " records seq " +
+                      std::to_string(sidecar->seq) + " after " + std::to_string(sidecar->commits) +
+                      " commits: acknowledged changes are missing (the write-ahead log " + path_ +
+                      "-wal was lost or damaged). Refusing to start; restore the database from a backup");
+    }
+    return WriteSidecar(/*create=*/false);
+  }
+
+  Result<std::string> Identity() override {
+    std::lock_guard lock(mu_);
+    return identity_;
+  }
+  std::string PendingIdentity() const override { return pending_identity_; }
 
   Status Commit(const Batch& batch) override {
     if (batch.empty()) return Status::Ok();
@@ -92,8 +188,18 @@ class SqliteStore final : public Store {
       return st;
     }
     st = Exec("COMMIT");
-    if (!st.ok()) (void)Exec("ROLLBACK");
-    return st;
+    if (!st.ok()) {
+      (void)Exec("ROLLBACK");
+      return st;
+    }
+    ++commits_;
+    if (!batch.journal.empty()) last_seq_ = batch.journal.back().seq;
+    if (!batch.identity.empty()) {
+      identity_ = batch.identity;
+      pending_identity_.clear();
+    }
+    // Before the caller acknowledges anything of this batch.
+    return WriteSidecar(/*create=*/false);
   }
 
   Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) override {
@@ -192,7 +298,52 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
+  Result<std::string> Meta(const char* key) {
+    sqlite3_stmt* s = nullptr;
+    LZ_RETURN_IF_ERROR(Prepare("SELECT value FROM meta WHERE key = ?", &s));
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    std::string out;
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) out = Text(s, 0);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("read meta");
+    return out;
+  }
+
+  // Rewrites the sidecar in place (one pwrite of a fixed-length line, so a
+  // killed process leaves the old line or the new one). Called with `mu_` held
+  // or before the store is shared.
+  Status WriteSidecar(bool create) {
+    if (identity_.empty()) return Status::Ok();
+    std::string side = SidecarPath(path_);
+    if (sidecar_fd_ < 0) {
+      sidecar_fd_ = ::open(side.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (sidecar_fd_ < 0) return Unavailable("db: cannot open " + side + ": " + std::strerror(errno));
+    }
+    std::string line = FormatSidecar(Sidecar{identity_, last_seq_, commits_});
+    if (::pwrite(sidecar_fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
+      return Unavailable("db: cannot write " + side + ": " + std::strerror(errno));
+    }
+    if (create) {
+      ::fsync(sidecar_fd_);
+      (void)FsyncDir(side);
+    }
+    return Status::Ok();
+  }
+
   Status WriteBatch(const Batch& batch) {
+    if (!batch.identity.empty()) {
+      sqlite3_reset(put_meta_);
+      sqlite3_bind_text(put_meta_, 1, "identity", -1, SQLITE_STATIC);
+      sqlite3_bind_text(put_meta_, 2, batch.identity.data(), static_cast<int>(batch.identity.size()), SQLITE_STATIC);
+      int rc = sqlite3_step(put_meta_);
+      sqlite3_reset(put_meta_);
+      if (rc != SQLITE_DONE) return Error("write identity");
+    }
+    sqlite3_reset(count_commit_);
+    int crc = sqlite3_step(count_commit_);
+    sqlite3_reset(count_commit_);
+    if (crc != SQLITE_DONE) return Error("count commit");
     for (const auto& r : batch.journal) {
       sqlite3_stmt* s = insert_journal_;
       sqlite3_reset(s);
@@ -223,13 +374,65 @@ class SqliteStore final : public Store {
 
   std::mutex mu_;
   sqlite3* db_;
+  const std::string path_;
   sqlite3_stmt* insert_journal_ = nullptr;
   sqlite3_stmt* upsert_token_ = nullptr;
+  sqlite3_stmt* put_meta_ = nullptr;
+  sqlite3_stmt* count_commit_ = nullptr;
+  std::string identity_, pending_identity_;
+  uint64_t last_seq_ = 0, commits_ = 0;
+  int sidecar_fd_ = -1;
 };
 
 }  // namespace
 
 std::unique_ptr<Store> NewMemoryStore() { return std::make_unique<MemoryStore>(); }
+
+std::string SidecarPath(const std::string& db) { return db + ".identity"; }
+
+std::string NewIdentity() {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) std::abort();  // No randomness: nothing is safe to create.
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += hex[c >> 4];
+    s += hex[c & 15];
+  }
+  return s;
+}
+
+Result<Sidecar> ReadSidecar(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return NotFound("sidecar: no " + path);
+  char buf[256] = {};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  Sidecar s;
+  char id[65] = {};
+  unsigned long long seq = 0, commits = 0;
+  std::string magic = std::string(kSidecarMagic) + " identity=%64[0-9a-f] seq=%llu commits=%llu";
+  if (n == 0 || std::sscanf(buf, magic.c_str(), id, &seq, &commits) != 3) {
+    return DataLoss("db: " + path + " is not a laissez sidecar (damaged?); refusing to guess the database's state");
+  }
+  s.identity = id;
+  s.seq = seq;
+  s.commits = commits;
+  return s;
+}
+
+Status CreateSidecar(const std::string& path, const std::string& identity) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) return AlreadyExists("db: " + path + " exists");
+    return Unavailable("db: cannot create " + path + ": " + std::strerror(errno));
+  }
+  std::string line = FormatSidecar(Sidecar{identity, 0, 0});
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return Unavailable("db: cannot write " + path);
+  return FsyncDir(path);
+}
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
   sqlite3* db = nullptr;
@@ -241,7 +444,7 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
     return Unavailable("db: cannot open " + path + ": " + msg);
   }
   sqlite3_busy_timeout(db, 5000);
-  auto store = std::make_unique<SqliteStore>(db);
+  auto store = std::make_unique<SqliteStore>(db, path);
   LZ_RETURN_IF_ERROR(store->Init());
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -46,7 +46,10 @@ struct TokenRecord {
 struct Batch {
   std::vector<JournalRecord> journal;
   std::vector<TokenRecord> tokens;  // Inserted, or replaced by id.
-  bool empty() const { return journal.empty() && tokens.empty(); }
+  // Set only in the batch that creates the market: the market's identity, a
+  // random hex string that tells this database from any other.
+  std::string identity;
+  bool empty() const { return journal.empty() && tokens.empty() && identity.empty(); }
 };
 
 class Store {
@@ -70,12 +73,47 @@ class Store {
 
   // The highest journal seq stored; 0 when the journal is empty.
   virtual Result<uint64_t> LastSeq() = 0;
+
+  // The identity committed with the market's creation; "" while the store
+  // holds no market.
+  virtual Result<std::string> Identity() = 0;
+
+  // For a store that holds no market yet: the identity of a creation that was
+  // begun (its sidecar written) but never committed, so a restart finishes it
+  // with the same identity and admin token; "" otherwise.
+  virtual std::string PendingIdentity() const { return {}; }
 };
+
+// The sidecar "DB.identity" beside a SQLite database: the market's identity
+// and the last committed journal seq and commit count, rewritten in place
+// after every commit and before any reply leaves. A database whose journal is
+// behind its sidecar lost acknowledged commits (a deleted, truncated or
+// damaged WAL), and the server refuses to start on it instead of serving a
+// market that forgot them. The sidecar is not fsynced after each commit: it
+// survives a killed process (the page cache keeps it), and after a power loss
+// it can only lag behind the fsynced WAL, never run ahead, so it never raises a
+// false alarm.
+struct Sidecar {
+  std::string identity;
+  uint64_t seq = 0;      // Last committed journal seq.
+  uint64_t commits = 0;  // Committed transactions; 0: creation begun, not committed.
+};
+std::string SidecarPath(const std::string& db);
+// NOT_FOUND if there is none; DATA_LOSS if it cannot be parsed.
+Result<Sidecar> ReadSidecar(const std::string& path);
+// Creates the sidecar of a market about to be created (commits 0), fsynced.
+// ALREADY_EXISTS if one is there: a sidecar is never replaced this way.
+Status CreateSidecar(const std::string& path, const std::string& identity);
+// 32 random hex digits.
+std::string NewIdentity();
 
 std::unique_ptr<Store> NewMemoryStore();
 
 // Opens (creating if needed) a SQLite database in WAL mode with fsync at every
-// commit (synchronous=FULL).
+// commit (synchronous=FULL), and checks it against its sidecar
+// (SidecarPath(path)): a different identity is FAILED_PRECONDITION, a journal
+// or commit count behind the sidecar's is DATA_LOSS, both naming the files. A
+// database written before sidecars existed gets an identity and a sidecar.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
 
 }  // namespace laissez::server

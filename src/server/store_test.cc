@@ -29,6 +29,7 @@ struct MemoryFactory {
     Result<std::vector<JournalRecord>> RecentJournal(size_t l) override { return s_->RecentJournal(l); }
     Result<std::vector<TokenRecord>> LoadTokens() override { return s_->LoadTokens(); }
     Result<uint64_t> LastSeq() override { return s_->LastSeq(); }
+    Result<std::string> Identity() override { return s_->Identity(); }
     Store* s_;
   };
 };
@@ -40,7 +41,7 @@ struct SqliteFactory {
                .string();
   }
   ~SqliteFactory() {
-    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".identity"}) std::filesystem::remove(path + suffix);
   }
   std::unique_ptr<Store> Open() {
     auto s = OpenSqliteStore(path);
@@ -163,6 +164,58 @@ TYPED_TEST(StoreTest, ReadStopsAtTheCallbacksError) {
   });
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_EQ(seen, 4);
+}
+
+TYPED_TEST(StoreTest, TheIdentityCommitsWithItsBatchAndSurvivesReopening) {
+  {
+    auto s = this->factory.Open();
+    EXPECT_EQ(*s->Identity(), "");
+    Batch b = Records(1, 2);
+    b.identity = NewIdentity();
+    ASSERT_TRUE(s->Commit(b).ok());
+    EXPECT_EQ(s->Identity()->size(), 32u);
+  }
+  auto s = this->factory.Open();
+  EXPECT_EQ(s->Identity()->size(), 32u);
+}
+
+// The sidecar follows every commit, so a database that lost commits (a lost
+// or damaged write-ahead log) is caught on open.
+TEST(SqliteStore, ASidecarAheadOfTheDatabaseIsDataLoss) {
+  SqliteFactory f;
+  std::string id = NewIdentity();
+  {
+    auto s = f.Open();
+    Batch b = Records(1, 3);
+    b.identity = id;
+    ASSERT_TRUE(s->Commit(b).ok());
+    ASSERT_TRUE(s->Commit(Records(4, 5)).ok());
+    auto side = ReadSidecar(SidecarPath(f.path));
+    ASSERT_TRUE(side.ok()) << side.status().ToString();
+    EXPECT_EQ(side->identity, id);
+    EXPECT_EQ(side->seq, 5u);
+    EXPECT_EQ(side->commits, 2u);
+  }
+  // Keep the sidecar, lose the database: refused, not a new empty store.
+  std::string side = SidecarPath(f.path);
+  std::string keep = f.path + ".keep";
+  std::filesystem::rename(side, keep);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(f.path + suffix);
+  std::filesystem::rename(keep, side);
+  auto s = OpenSqliteStore(f.path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.status().message().find("write-ahead log"), std::string::npos) << s.status().ToString();
+}
+
+TEST(SqliteStore, AnUncommittedCreationIsPending) {
+  SqliteFactory f;
+  std::string id = NewIdentity();
+  ASSERT_TRUE(CreateSidecar(SidecarPath(f.path), id).ok());
+  EXPECT_EQ(CreateSidecar(SidecarPath(f.path), id).code(), StatusCode::kAlreadyExists);
+  auto s = f.Open();
+  EXPECT_EQ(s->PendingIdentity(), id);
+  EXPECT_EQ(*s->Identity(), "");
 }
 
 TEST(SqliteStore, UnwritablePathIsAnError) {
