@@ -270,7 +270,7 @@ Result<pb::Locality> ParseLocalityFlag(const std::string& text) {
 volatile sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-int RunServe(server::ServerOptions o, const std::string& cluster_file) {
+int RunServe(server::ServerOptions o) {
   if (o.db.empty()) {
     std::fprintf(stderr, "laissez serve: --db: required (use :memory: for a throwaway market)\n");
     return 2;
@@ -294,25 +294,11 @@ int RunServe(server::ServerOptions o, const std::string& cluster_file) {
     } else {
       std::fprintf(stderr, "laissez serve: new in-memory market; admin token: %s\n", s.admin_token().c_str());
     }
-  }
-  if (!cluster_file.empty() && s.fresh()) {
-    auto spec = topology::LoadClusterYaml(cluster_file);
-    if (!spec.ok()) {
-      std::fprintf(stderr, "laissez serve: --cluster: %s\n", spec.status().ToString().c_str());
-      s.Shutdown();
-      return 2;
+    if (!o.cluster_file.empty()) {
+      std::fprintf(stderr, "laissez serve: the new market holds the nodes of %s\n", o.cluster_file.c_str());
     }
-    auto r = s.core().Execute<size_t>("operator:cluster-file", [&](server::WriterContext& w) -> Result<size_t> {
-      for (const auto& n : spec->nodes) LZ_RETURN_IF_ERROR(w.Apply(market::OpAddNode{n}).status);
-      return spec->nodes.size();
-    });
-    if (!r.ok()) {
-      std::fprintf(stderr, "laissez serve: --cluster: %s\n", r.status().ToString().c_str());
-      s.Shutdown();
-      return 1;
-    }
-    std::fprintf(stderr, "laissez serve: added %zu nodes from %s\n", *r, cluster_file.c_str());
   }
+  if (!s.cluster_note().empty()) std::fprintf(stderr, "laissez serve: --cluster: %s\n", s.cluster_note().c_str());
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
@@ -359,7 +345,7 @@ int RunWatch(const ClientFlags& f, const std::vector<std::string>& vertices, boo
       std::string line = FormatTime(e.time()) + "  " + e.type();
       if (!e.node().empty()) line += "  node=" + e.node();
       if (!e.vertex().empty() && e.node().empty()) line += "  vertex=" + e.vertex();
-      if (e.order()) line += "  order=" + std::to_string(e.order());
+      if (e.has_order()) line += "  order=" + std::to_string(e.order());
       if (e.price()) line += "  price=" + FormatMoney(e.price());
       if (e.amount()) line += "  amount=" + FormatMoney(e.amount());
       if (e.deadline()) line += "  deadline=" + FormatTime(e.deadline());
@@ -574,7 +560,6 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
   {
     auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, durable SQLite journal, HTTP metrics)");
     static server::ServerOptions o;
-    static std::string cluster;
     static int64_t tick_ms = 1000;
     cmd->add_option("--db", o.db, "SQLite database file (created if missing); :memory: for a throwaway market")
         ->required();
@@ -587,10 +572,13 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     cmd->add_option("--rate-burst", o.rate_burst, "Burst size per tenant")->capture_default_str();
     cmd->add_option("--max-message-bytes", o.max_message_bytes, "Largest request accepted")->capture_default_str();
     cmd->add_option("--tick-ms", tick_ms, "Advance the market at least this often when idle")->capture_default_str();
-    cmd->add_option("--cluster", cluster, "Cluster YAML to load into a new database");
+    cmd->add_option("--cluster", o.cluster_file,
+                    "Cluster YAML: the nodes of a new market (created in the same transaction); on an existing "
+                    "market every node must already be there, or the server refuses to start");
+    cmd->add_flag("--init", o.init, "Create a new market; refuse to start if the database already holds one");
     cmd->callback([exit_code] {
       o.core.idle_tick = std::chrono::milliseconds(std::max<int64_t>(tick_ms, 1));
-      *exit_code = RunServe(o, cluster);
+      *exit_code = RunServe(o);
     });
   }
 

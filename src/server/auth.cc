@@ -101,6 +101,18 @@ Result<TokenRecord> TokenTable::Get(uint64_t id) const {
   return by_hash_.at(it->second);
 }
 
+Status TokenTable::Recheck(const Principal& p) const {
+  std::shared_lock lock(mu_);
+  auto it = hash_by_id_.find(p.token_id);
+  if (it == hash_by_id_.end()) return Unauthenticated("authorization: unknown token");
+  const TokenRecord& r = by_hash_.at(it->second);
+  if (r.revoked) return Unauthenticated("authorization: token revoked");
+  if (r.role != RoleName(p.role) || r.tenant_id != p.tenant.value) {
+    return Unauthenticated("authorization: the token's role changed; authenticate again");
+  }
+  return Status::Ok();
+}
+
 size_t TokenTable::size() const {
   std::shared_lock lock(mu_);
   return by_hash_.size();

@@ -50,6 +50,10 @@ class TokenTable {
   // `header` is the value of the `authorization` metadata ("Bearer lz_...").
   Result<Principal> Authenticate(std::string_view header) const;
   Result<TokenRecord> Get(uint64_t id) const;
+  // Whether a principal authenticated earlier still stands: UNAUTHENTICATED
+  // once its token was revoked or its role or tenant changed. Long-lived calls
+  // (streams) and queued commands re-check with this.
+  Status Recheck(const Principal& p) const;
   size_t size() const;
   uint64_t NextId() const;
 

@@ -50,19 +50,9 @@ market::Event ToEvent(const pb::Event& e) {
   out.node = NodeId(e.node_id());
   out.tenant = TenantId(e.tenant_id());
   out.other = TenantId(e.other_id());
-  // Order ids start at 0, and the wire leaves `order` unset (0) when there is
-  // none, so 0 is read by the event type: these types always name an order.
-  switch (out.type) {
-    case market::EventType::kAllocated:
-    case market::EventType::kTransferred:
-    case market::EventType::kOrderCancelled:
-    case market::EventType::kOrderFilled:
-    case market::EventType::kGangDropped:
-      out.order = OrderId(e.order());
-      break;
-    default:
-      out.order = e.order() ? OrderId(e.order()) : OrderId();
-  }
+  // Order ids start at 0, so "no order" travels as `has_order` false, not as
+  // 0 (an allocation by the market's first order names order 0).
+  out.order = e.has_order() ? OrderId(e.order()) : OrderId();
   out.vertex = VertexId(e.vertex_id());
   out.price = e.price();
   out.amount = e.amount();

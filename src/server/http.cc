@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <thread>
@@ -25,7 +26,17 @@ Result<std::pair<std::string, int>> SplitHostPort(const std::string& address, st
   return std::make_pair(host, port);
 }
 
-HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(HttpLimits limits) : server_(std::make_unique<httplib::Server>()) {
+  // httplib serves each connection on a worker thread of this pool; an event
+  // stream keeps its worker, so the pool is sized well above the stream bounds
+  // (server.h) and /healthz always finds a free worker.
+  int workers = std::max(limits.workers, 8);
+  server_->new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
+  server_->set_read_timeout(limits.read_timeout_s, 0);
+  server_->set_write_timeout(limits.write_timeout_s, 0);
+  server_->set_keep_alive_timeout(limits.keep_alive_s);
+  server_->set_payload_max_length(limits.max_body_bytes);
+}
 
 HttpServer::~HttpServer() { Stop(); }
 

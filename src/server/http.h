@@ -19,9 +19,18 @@ class Server;
 
 namespace laissez::server {
 
+// Resource bounds of the listener (docs/SERVER.md, "Threat model and limits").
+struct HttpLimits {
+  int workers = 64;                      // Connections served at once; more wait for a worker.
+  int read_timeout_s = 5;                // A request that sends nothing for this long is dropped.
+  int write_timeout_s = 5;               // A client that reads nothing for this long is dropped.
+  int keep_alive_s = 2;                  // Idle keep-alive connections close after this.
+  size_t max_body_bytes = 64 << 10;      // Larger bodies get 413 before they are read.
+};
+
 class HttpServer {
  public:
-  HttpServer();
+  explicit HttpServer(HttpLimits limits = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

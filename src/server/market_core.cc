@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "market/validate.h"
 #include "oplog/oplog.h"
 
 namespace laissez::server {
@@ -112,7 +113,7 @@ MarketCore::MarketCore(Store* store, TokenTable* tokens, Metrics* metrics, CoreO
 
 MarketCore::~MarketCore() { Stop(); }
 
-Status MarketCore::Start() {
+Status MarketCore::Start(const MarketCreation& creation) {
   LZ_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store_->LoadTokens());
   for (const auto& t : tokens) {
     tokens_->Put(t);
@@ -142,12 +143,43 @@ Status MarketCore::Start() {
   next_seq_ = expect;
   fresh_ = replayed_ == 0 && tokens.empty();
 
-  // Catch up to the wall clock and make that advance durable before serving.
+  LZ_ASSIGN_OR_RETURN(std::string identity, store_->Identity());
+  bool creating = identity.empty() && replayed_ == 0 && tokens.empty();
+
+  // A journal ahead of the wall clock (the clock was set back, or the database
+  // moved to a machine whose clock is behind): time never runs backwards, so
+  // the market holds still until the clock catches up. Holders were already
+  // charged up to the journal's time; they are not charged twice.
+  Micros wall = options_.clock();
+  if (engine_->now() > wall + kMicrosPerSecond) {
+    std::fprintf(stderr,
+                 "laissez serve: warning: the journal's time is %.3f s ahead of the wall clock; the market's time "
+                 "stands still until the clock catches up\n",
+                 static_cast<double>(engine_->now() - wall) / 1e6);
+  }
+
+  // Catch up to the wall clock and make that advance durable before serving;
+  // a new market's creation joins that commit.
   pending_ = std::make_unique<Pending>();
   MaybeAdvance(/*force=*/true);
+  if (creating) {
+    pending_->batch.identity = creation.identity.empty() ? NewIdentity() : creation.identity;
+    if (creation.create) {
+      WriterContext ctx(this, &creation.actor);
+      Status st = creation.create(ctx);
+      if (!st.ok()) {
+        pending_.reset();
+        return st;
+      }
+    }
+  }
   LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
   pending_.reset();
   metrics_->journal_seq = static_cast<int64_t>(next_seq_ - 1);
+  metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
+  metrics_->resting_orders.store(static_cast<int64_t>(engine_->resting_order_count()), std::memory_order_relaxed);
+  metrics_->live_nodes.store(static_cast<int64_t>(engine_->topology().live_node_count()), std::memory_order_relaxed);
+  metrics_->tenants.store(static_cast<int64_t>(engine_->tenant_count()), std::memory_order_relaxed);
   last_advance_ = std::chrono::steady_clock::now();
 
   std::lock_guard lock(queue_mu_);
@@ -228,10 +260,22 @@ bool MarketCore::MaybeAdvance(bool force) {
   return true;
 }
 
+void MarketCore::AdvanceForMutation() {
+  if (batch_advanced_) return;
+  batch_advanced_ = true;
+  MaybeAdvance(/*force=*/false);
+}
+
 market::ApplyResult WriterContext::Apply(market::OpBody body) {
+  core_->AdvanceForMutation();
   market::Operation op{core_->engine_->now(), std::move(body)};
-  market::ApplyResult r = market::Apply(*core_->engine_, op);
-  if (r.status.ok()) core_->Journal(*actor_, op, r.created_id);
+  // The server accepts only what replay accepts: the shared field checks
+  // first (for their messages), then replay's reading of this line.
+  if (Status st = market::ValidateOperation(op); !st.ok()) return {std::move(st), UINT64_MAX};
+  auto replayed = oplog::DecodeRecord(oplog::EncodeOperation(op));
+  if (!replayed.ok()) return {InvalidArgument(replayed.status().message()), UINT64_MAX};
+  market::ApplyResult r = market::Apply(*core_->engine_, replayed->op);
+  if (r.status.ok()) core_->Journal(*actor_, replayed->op, r.created_id);
   return r;
 }
 
@@ -270,9 +314,10 @@ void MarketCore::Render(std::span<const market::Event> events) {
 
 void MarketCore::RunBatch(std::vector<Command>& cmds) {
   pending_ = std::make_unique<Pending>();
-  // Time advances once per batch (if the clock moved enough or something is
-  // due); the commands then apply at that time.
-  MaybeAdvance(/*force=*/false);
+  // Time advances at most once per batch, when its first mutation applies (if
+  // the clock moved enough or something is due); later commands apply at that
+  // time. A batch of reads journals nothing (due events have the timer).
+  batch_advanced_ = false;
   for (Command& c : cmds) {
     WriterContext ctx(this, &c.actor);
     c.work(ctx);

@@ -115,6 +115,16 @@ struct CoreOptions {
   size_t max_uncommitted = 65536;                      // Journal records the writer may run ahead.
 };
 
+// What a new market starts with: runs on a store that holds no market, after
+// the first time advance, and everything it applies and every token it puts
+// is committed in one transaction together with `identity` (the market's
+// identity, store.h). A crash before that commit leaves no market at all.
+struct MarketCreation {
+  std::string identity;
+  std::string actor = "server";
+  std::function<Status(WriterContext&)> create;
+};
+
 class MarketCore {
  public:
   // Not owned: `store`, `tokens`, `metrics` must outlive the core.
@@ -123,9 +133,11 @@ class MarketCore {
   MarketCore(const MarketCore&) = delete;
   MarketCore& operator=(const MarketCore&) = delete;
 
+
   // Loads the tokens, replays the journal into a fresh engine (DATA_LOSS if a
-  // record does not decode or apply), catches up to the clock, starts the threads.
-  Status Start();
+  // record does not decode or apply), catches up to the clock (on a store with
+  // no market: runs `creation` in the same commit), starts the threads.
+  Status Start(const MarketCreation& creation = MarketCreation());
   // Drains the queue, commits, stops the threads, closes subscriptions.
   void Stop();
 
@@ -168,6 +180,9 @@ class MarketCore {
   void WriterLoop();
   void CommitterLoop();
   void RunBatch(std::vector<Command>& cmds);
+  // Journals the batch's time advance the first time a command of the batch
+  // mutates the market, so reads and calls rejected at the edge journal nothing.
+  void AdvanceForMutation();
   void Journal(const std::string& actor, const market::Operation& op, uint64_t created_id = UINT64_MAX);
   bool MaybeAdvance(bool force);
   void Render(std::span<const market::Event> events);
@@ -188,6 +203,7 @@ class MarketCore {
   uint64_t next_seq_ = 1;
   uint64_t next_token_id_ = 1;
   std::unique_ptr<Pending> pending_;
+  bool batch_advanced_ = false;
   std::unordered_map<uint32_t, std::string> tenant_names_;
   std::atomic<int> subscriber_count_{0};
   std::chrono::steady_clock::time_point last_advance_;
@@ -220,6 +236,10 @@ class WriterContext {
   Micros now() const { return core_->engine_->now(); }
   const std::string& actor() const { return *actor_; }
   // Applies the operation at the current engine time; on success journals it.
+  // The operation is first encoded as its journal line and decoded back the
+  // way replay reads it (market::Apply then runs market::ValidateOperation on
+  // it, as replay does), so nothing is applied that a restart could not
+  // replay: such a call is INVALID_ARGUMENT and changes nothing.
   market::ApplyResult Apply(market::OpBody body);
   // A token change committed with this batch; also applied to the token table
   // once durable... and at once, so later commands in the batch see it.

@@ -5,18 +5,24 @@
 // that closure's journal records are durable.
 #include "server/server.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 
 #include "laissez/v1/market.grpc.pb.h"
+#include "server/grpc_client.h"
+#include "topology/cluster_yaml.h"
 
 namespace laissez::server {
 namespace pb = ::laissez::v1;
@@ -140,7 +146,10 @@ void FillEvent(const WireEvent& w, pb::Event* out) {
   out->set_type(w.type);
   out->set_node(w.node);
   out->set_node_id(e.node.value);
-  if (e.order.valid()) out->set_order(e.order.value);
+  if (e.order.valid()) {
+    out->set_order(e.order.value);
+    out->set_has_order(true);
+  }
   out->set_vertex(w.vertex);
   out->set_vertex_id(e.vertex.value);
   out->set_price(e.price);
@@ -174,7 +183,7 @@ enum class Need { kTenant, kAnyRole, kOperator, kAdmin };
 
 class Server::Services {
  public:
-  Services(Server* s) : s_(s), limiter_(s->options_.rate_limit, s->options_.rate_burst), tenant_(this), op_(this), admin_(this) {}
+  Services(Server* s) : s_(s), tenant_(this), op_(this), admin_(this) {}
 
   // Authenticates, authorizes, rate-limits, runs `body`, records metrics.
   template <typename F>
@@ -214,13 +223,7 @@ class Server::Services {
     return Internal("authorization: unknown need");
   }
 
-  Status Limit(const Principal& p) {
-    uint64_t key = p.role == Role::kTenant ? p.tenant.value : (1ull << 63) | p.token_id;
-    if (limiter_.Allow(key)) return Status::Ok();
-    s_->metrics_.rate_limited.fetch_add(1, std::memory_order_relaxed);
-    return ResourceExhausted("rate limit: more than " + std::to_string(static_cast<int64_t>(s_->options_.rate_limit)) +
-                             " requests per second for " + p.Actor());
-  }
+  Status Limit(const Principal& p) { return s_->Limit(p); }
 
   MethodStats* Stats(const char* method) {
     std::lock_guard lock(stats_mu_);
@@ -229,12 +232,17 @@ class Server::Services {
     return m;
   }
 
+  // Runs `work` on the writer thread. The token is checked again there: a
+  // call authenticated before a revocation but queued after it is refused.
   template <typename T>
   Result<T> Exec(const Principal& p, std::function<Result<T>(WriterContext&)> work) {
-    return s_->core_->Execute<T>(p.Actor(), std::move(work));
+    return s_->core_->Execute<T>(p.Actor(), [&](WriterContext& w) -> Result<T> {
+      LZ_RETURN_IF_ERROR(s_->tokens_.Recheck(p));
+      return work(w);
+    });
   }
   Status ExecStatus(const Principal& p, std::function<Status(WriterContext&)> work) {
-    auto r = s_->core_->Execute<bool>(p.Actor(), [&](WriterContext& w) -> Result<bool> {
+    auto r = Exec<bool>(p, [&](WriterContext& w) -> Result<bool> {
       LZ_RETURN_IF_ERROR(work(w));
       return true;
     });
@@ -245,7 +253,9 @@ class Server::Services {
   grpc::Status Stream(const char* method, ServerContext* ctx, grpc::ServerWriter<pb::Event>* writer, Need need,
                       const pb::WatchRequest* req) {
     std::shared_ptr<Subscription> sub;
+    Principal principal;
     grpc::Status setup = Call(method, ctx, need, [&](const Principal& p) -> Status {
+      principal = p;
       if (req->vertices_size() > 4096) return InvalidArgument("vertices: at most 4096");
       LZ_ASSIGN_OR_RETURN(auto set, Exec<std::unordered_set<uint32_t>>(
                                         p, [&](WriterContext& w) -> Result<std::unordered_set<uint32_t>> {
@@ -280,6 +290,11 @@ class Server::Services {
       if (broken || ctx->IsCancelled()) break;
       if (!open) {
         end = sub->close_status();
+        break;
+      }
+      // Revocation ends the stream within one poll interval (200 ms).
+      if (Status still = s_->tokens_.Recheck(principal); !still.ok()) {
+        end = still;
         break;
       }
     }
@@ -363,7 +378,13 @@ class Server::Services {
           std::deque<pb::UpdateOrderResponse> out;
           {
             std::unique_lock lock(acks->mu);
-            acks->cv.wait(lock, [&] { return !acks->q.empty() || (acks->reading_done && acks->outstanding == 0); });
+            // Wakes every 200 ms to re-check the token: a revoked token ends
+            // an idle stream too (the client sees CANCELLED).
+            while (!acks->cv.wait_for(lock, std::chrono::milliseconds(200), [&] {
+              return !acks->q.empty() || (acks->reading_done && acks->outstanding == 0);
+            })) {
+              if (!s_->s_->tokens_.Recheck(p).ok()) c->TryCancel();
+            }
             if (acks->q.empty()) return;
             out.swap(acks->q);
           }
@@ -389,8 +410,11 @@ class Server::Services {
         bool run = result->ok();
         s_->s_->core_->Submit(
             p.Actor(),
-            [result, run, &p, order, price](WriterContext& w) {
-              if (run) *result = Update(w, p, order, price);
+            [this, result, run, &p, order, price](WriterContext& w) {
+              if (!run) return;
+              // Each update re-checks the token on the writer thread.
+              *result = s_->s_->tokens_.Recheck(p);
+              if (result->ok()) *result = Update(w, p, order, price);
             },
             [acks, result, tag, start, stats](const Status& durable) {
               pb::UpdateOrderResponse a;
@@ -645,10 +669,22 @@ class Server::Services {
                                              topology::NodeMeta{n.gpus(), n.memory_gb(), n.power_w()}});
         }
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          const auto& topo = w.engine().topology();
+          std::unordered_set<std::string> types;
+          for (const auto& info : infos) types.insert(info.type);
           for (size_t i = 0; i < infos.size(); ++i) {
-            if (w.engine().topology().FindNode(infos[i].name).ok()) {
-              return AlreadyExists("nodes[" + std::to_string(i) + "].name: a node named \"" + infos[i].name +
-                                   "\" exists");
+            std::string f = "nodes[" + std::to_string(i) + "].";
+            if (topo.FindNode(infos[i].name).ok()) {
+              return AlreadyExists(f + "name: a node named \"" + infos[i].name + "\" exists");
+            }
+            // A node named like a hardware type could not be addressed by
+            // name (the type's vertex takes the name), and the reverse.
+            if (types.count(infos[i].name) || topo.FindVertex(infos[i].name).ok()) {
+              return InvalidArgument(f + "name: \"" + infos[i].name +
+                                     "\" is the name of a hardware type or vertex; pick another");
+            }
+            if (topo.FindNode(infos[i].type).ok() || names.count(infos[i].type)) {
+              return InvalidArgument(f + "type: \"" + infos[i].type + "\" is the name of a node; pick another");
             }
           }
           for (const auto& info : infos) {
@@ -989,7 +1025,6 @@ class Server::Services {
   };
 
   Server* s_;
-  RateLimiter limiter_;
   std::mutex stats_mu_;
   std::unordered_map<std::string, MethodStats*> stats_;
   Tenant tenant_;
@@ -1004,9 +1039,23 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (options_.admin_token_file.empty() && !options_.db.empty()) {
     options_.admin_token_file = options_.db + ".admin-token";
   }
+  limiter_ = std::make_unique<RateLimiter>(options_.rate_limit, options_.rate_burst);
 }
 
 Server::~Server() { Shutdown(); }
+
+Status Server::Limit(const Principal& p) {
+  uint64_t key = p.role == Role::kTenant ? p.tenant.value : (1ull << 63) | p.token_id;
+  if (limiter_->Allow(key)) return Status::Ok();
+  metrics_.rate_limited.fetch_add(1, std::memory_order_relaxed);
+  return ResourceExhausted("rate limit: more than " + std::to_string(static_cast<int64_t>(options_.rate_limit)) +
+                           " requests per second for " + p.Actor());
+}
+
+std::shared_ptr<grpc::Channel> Server::InProcessChannel() {
+  grpc::ChannelArguments args;
+  return grpc_->InProcessChannel(args);
+}
 
 namespace {
 Result<std::string> ReadFile(const std::string& path, std::string_view field) {
@@ -1016,25 +1065,82 @@ Result<std::string> ReadFile(const std::string& path, std::string_view field) {
   s << in.rdbuf();
   return s.str();
 }
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Writes `token` to `path` (mode 0600) without ever replacing an existing
+// file: written and fsynced under a temporary name, then linked into place,
+// which fails if `path` exists.
+Status WriteNewTokenFile(const std::string& path, const std::string& token) {
+  std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable("admin_token_file: cannot write " + tmp + ": " + std::strerror(errno));
+  std::string line = token + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return Unavailable("admin_token_file: cannot write " + tmp);
+  }
+  int rc = ::link(tmp.c_str(), path.c_str());
+  int err = errno;
+  ::unlink(tmp.c_str());
+  if (rc != 0) {
+    if (err == EEXIST) return AlreadyExists("admin_token_file: " + path + " exists; it is never overwritten");
+    return Unavailable("admin_token_file: cannot create " + path + ": " + std::strerror(err));
+  }
+  return Status::Ok();
+}
 }  // namespace
 
-Status Server::CreateAdminToken() {
-  std::string token = NewToken();
-  if (!options_.admin_token_file.empty()) {
-    // Written before it is committed: a crash in between leaves a file with an
-    // unknown token, and the next start (still without tokens) replaces it.
-    std::string tmp = options_.admin_token_file + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) return Unavailable("admin_token_file: cannot write " + tmp);
-    ::chmod(tmp.c_str(), 0600);
-    std::fprintf(f, "%s\n", token.c_str());
-    bool ok = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-    std::fclose(f);
-    if (!ok || std::rename(tmp.c_str(), options_.admin_token_file.c_str()) != 0) {
-      return Unavailable("admin_token_file: cannot write " + options_.admin_token_file);
+// Decides whether this start may create a market, and how (see server.h).
+Status Server::PrepareCreation(MarketCreation* creation) {
+  std::string token;
+  std::string pending = store_->PendingIdentity();
+  const std::string& file = options_.admin_token_file;
+  if (!options_.db.empty()) {
+    std::string side = SidecarPath(options_.db);
+    if (!pending.empty()) {
+      // A creation that began (sidecar written) but never committed: nothing
+      // was acknowledged. Finish it, with the admin token already written.
+      creation->identity = pending;
+      if (!file.empty() && Exists(file)) {
+        LZ_ASSIGN_OR_RETURN(token, ReadTokenFile(file));
+        if (token.rfind("lz_", 0) != 0) return FailedPrecondition("admin_token_file: " + file + " holds no token");
+      }
+    } else {
+      if (!file.empty() && Exists(file)) {
+        return FailedPrecondition("db: " + options_.db + " holds no market, but " + file +
+                                  " exists: an old market's database (or its write-ahead log) may have been lost. "
+                                  "Restore it; to create a new market on purpose, move " + file + " away first");
+      }
+      creation->identity = NewIdentity();
+      LZ_RETURN_IF_ERROR(CreateSidecar(side, creation->identity));
     }
+  } else {
+    creation->identity = NewIdentity();
   }
-  auto r = core_->Execute<bool>("server", [&](WriterContext& w) -> Result<bool> {
+  if (token.empty()) {
+    token = NewToken();
+    if (!file.empty()) LZ_RETURN_IF_ERROR(WriteNewTokenFile(file, token));
+  }
+
+  std::vector<topology::NodeInfo> nodes;
+  if (!options_.cluster_file.empty()) {
+    auto spec = topology::LoadClusterYaml(options_.cluster_file);
+    if (!spec.ok()) return InvalidArgument("cluster: " + spec.status().message());
+    nodes = std::move(spec->nodes);
+  }
+  creation->actor = nodes.empty() ? "server" : "operator:cluster-file";
+  creation->create = [this, token, nodes = std::move(nodes)](WriterContext& w) -> Status {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Status st = w.Apply(market::OpAddNode{nodes[i]}).status;
+      if (!st.ok()) return InvalidArgument("cluster: nodes[" + std::to_string(i) + "]: " + st.message());
+    }
     TokenRecord t;
     t.id = w.NextTokenId();
     t.hash = HashToken(token);
@@ -1042,10 +1148,41 @@ Status Server::CreateAdminToken() {
     t.name = "admin";
     t.created = WallClockMicros();
     w.PutToken(t);
+    admin_token_ = token;
+    return Status::Ok();
+  };
+  return Status::Ok();
+}
+
+// --cluster on an existing market: accepted only if the market already has
+// every node of the file as the file describes it.
+Status Server::CheckClusterFile() {
+  auto spec = topology::LoadClusterYaml(options_.cluster_file);
+  if (!spec.ok()) return InvalidArgument("cluster: " + spec.status().message());
+  auto r = core_->Execute<bool>("server", [&](WriterContext& w) -> Result<bool> {
+    const auto& t = w.engine().topology();
+    for (const auto& n : spec->nodes) {
+      auto id = t.FindNode(n.name);
+      std::string want = n.region + "/" + n.zone + "/" + n.row + "/" + n.rack;
+      std::string why;
+      if (!id.ok() || !t.IsLiveNode(*id)) {
+        why = "is not in the market";
+      } else if (t.type_name(t.node(*id).type) != n.type) {
+        why = "has type " + std::string(t.type_name(t.node(*id).type)) + " in the market, " + n.type + " in the file";
+      } else if (LocationPath(t, *id) != want) {
+        why = "is at " + LocationPath(t, *id) + " in the market, " + want + " in the file";
+      }
+      if (!why.empty()) {
+        return FailedPrecondition("cluster: the database already holds a market, and node \"" + n.name + "\" of " +
+                                  options_.cluster_file + " " + why +
+                                  "; --cluster only seeds a new market. Change the cluster with `laissez nodes "
+                                  "add|drain|remove`, or start without --cluster");
+      }
+    }
     return true;
   });
   LZ_RETURN_IF_ERROR(r.status());
-  admin_token_ = token;
+  cluster_note_ = "every node of " + options_.cluster_file + " is already in the market";
   return Status::Ok();
 }
 
@@ -1058,9 +1195,25 @@ Status Server::Start() {
   } else {
     LZ_ASSIGN_OR_RETURN(store_, OpenSqliteStore(options_.db));
   }
+  LZ_ASSIGN_OR_RETURN(std::string identity, store_->Identity());
+  LZ_ASSIGN_OR_RETURN(uint64_t last_seq, store_->LastSeq());
+  LZ_ASSIGN_OR_RETURN(auto stored_tokens, store_->LoadTokens());
+  bool creating = identity.empty() && last_seq == 0 && stored_tokens.empty();
+  if (!creating && options_.init) {
+    return FailedPrecondition("init: " + (options_.db.empty() ? std::string("the store") : options_.db) +
+                              " already holds market " + identity + "; --init only creates a new one");
+  }
+  MarketCreation creation;
+  if (creating) LZ_RETURN_IF_ERROR(PrepareCreation(&creation));
   core_ = std::make_unique<MarketCore>(store_.get(), &tokens_, &metrics_, options_.core);
-  LZ_RETURN_IF_ERROR(core_->Start());
-  if (tokens_.size() == 0) LZ_RETURN_IF_ERROR(CreateAdminToken());
+  LZ_RETURN_IF_ERROR(core_->Start(creation));
+  if (!creating && !options_.cluster_file.empty()) {
+    Status st = CheckClusterFile();
+    if (!st.ok()) {
+      core_->Stop();
+      return st;
+    }
+  }
 
   services_ = std::make_unique<Services>(this);
   grpc::ServerBuilder b;
@@ -1086,22 +1239,61 @@ Status Server::Start() {
   }
 
   if (!options_.http.empty()) {
-    http_ = std::make_unique<HttpServer>();
-    http_->router().Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-      bool ok = !core_->failed();
-      res.status = ok ? 200 : 503;
-      res.set_content(std::string("{\"status\":\"") + (ok ? "ok" : "failed") +
-                          "\",\"journal_seq\":" + std::to_string(metrics_.journal_seq.load()) +
-                          ",\"engine_time_us\":" + std::to_string(metrics_.engine_time_us.load()) + "}\n",
-                      "application/json");
-    });
-    http_->router().Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
-    });
+    HttpLimits limits;
+    limits.max_body_bytes = options_.http_max_body_bytes;
+    http_ = std::make_unique<HttpServer>(limits);
+    InstallHttpRoutes();
     if (options_.http_routes) options_.http_routes(*this);
     LZ_RETURN_IF_ERROR(http_->Start(options_.http));
   }
   return Status::Ok();
+}
+
+// /healthz answers anyone (liveness: status and engine time); /metrics needs an
+// operator or admin token. Every /api/ request and every request with a body
+// is authenticated from its headers, before its body is read, and counted by
+// the same rate limiter as gRPC.
+void Server::InstallHttpRoutes() {
+  auto& r = http_->router();
+  r.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    bool has_body = req.has_header("Content-Length") ? req.get_header_value("Content-Length") != "0"
+                                                     : req.has_header("Transfer-Encoding");
+    bool api = req.path.rfind("/api/", 0) == 0;
+    if (!has_body && !api) return httplib::Server::HandlerResponse::Unhandled;
+    auto fail = [&](const Status& st, int code) {
+      res.status = code;
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(std::string("{\"error\":\"") + st.message() + "\",\"code\":" +
+                          std::to_string(static_cast<int>(st.code())) + "}",
+                      "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    auto p = tokens_.Authenticate(req.get_header_value("Authorization"));
+    if (!p.ok()) return fail(p.status(), 401);
+    if (Status st = Limit(*p); !st.ok()) return fail(st, 429);
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  r.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    bool ok = !core_->failed();
+    res.status = ok ? 200 : 503;
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(std::string("{\"status\":\"") + (ok ? "ok" : "failed") +
+                        "\",\"engine_time_us\":" + std::to_string(metrics_.engine_time_us.load()) + "}\n",
+                    "application/json");
+  });
+  r.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    auto p = tokens_.Authenticate(req.get_header_value("Authorization"));
+    Status st = p.status();
+    if (st.ok() && p->role == Role::kTenant) st = PermissionDenied("authorization: /metrics needs an operator or admin token");
+    if (st.ok()) st = Limit(*p);
+    if (!st.ok()) {
+      res.status = st.code() == StatusCode::kUnauthenticated ? 401
+                   : st.code() == StatusCode::kPermissionDenied ? 403 : 429;
+      res.set_content(st.message() + "\n", "text/plain");
+      return;
+    }
+    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+  });
 }
 
 void Server::Shutdown() {

@@ -6,8 +6,12 @@
 // edge and hands plain engine values to the core.
 //
 // Lifecycle: construct, Start, then Wait (or Shutdown from another thread).
-// On the first start with an empty store, Start creates an admin token and,
-// when `admin_token_file` is set, writes it there (mode 0600).
+// On the first start with an empty store, Start creates the market in one
+// transaction: its identity, an admin token (written first to
+// `admin_token_file`, mode 0600, never over an existing file) and the nodes of
+// `cluster_file`. It refuses to create a market where there are signs of an
+// old one (an admin-token file, or a sidecar that says commits were made):
+// a lost or damaged database is an error, never a silent new market.
 #pragma once
 
 #include <functional>
@@ -22,6 +26,7 @@
 #include "server/store.h"
 
 namespace grpc {
+class Channel;
 class Server;
 }
 
@@ -35,8 +40,21 @@ struct ServerOptions {
   std::string tls_cert, tls_key;           // PEM files; both or neither.
   // Where a new database's admin token goes; default "<db>.admin-token".
   std::string admin_token_file;
-  double rate_limit = 5000;  // Requests per second per tenant; 0 turns limiting off.
+  // Create a new market and refuse to start on an existing one.
+  bool init = false;
+  // Cluster YAML: the nodes of a new market, added in its creating
+  // transaction. On an existing market every node of the file must already be
+  // there with the same type and location, or Start refuses (FAILED_PRECONDITION
+  // naming the node): the file is never silently ignored.
+  std::string cluster_file;
+  // Requests per second per tenant (per token for operators and admins),
+  // counted across gRPC and HTTP together; 0 turns limiting off.
+  double rate_limit = 5000;
   double rate_burst = 10000;
+  // HTTP bounds (docs/SERVER.md, "Threat model and limits").
+  int http_streams_per_token = 4;     // Open /api/v1/events streams per token.
+  int http_streams_total = 32;        // ... and over all tokens.
+  size_t http_max_body_bytes = 64 << 10;
   int max_message_bytes = 1 << 20;  // Larger requests are refused (RESOURCE_EXHAUSTED).
   CoreOptions core;
   // Adds routes to the HTTP listener before it starts (the dashboard, issue 6).
@@ -58,11 +76,21 @@ class Server {
 
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_ ? http_->port() : 0; }
+  // One rate limiter for both doors (gRPC and HTTP): RESOURCE_EXHAUSTED
+  // ("rate limit: ...") when `p` is over its rate.
+  Status Limit(const Principal& p);
+  // A channel to this server's own gRPC services that needs no network and no
+  // TLS (the dashboard's controls use it). Valid after Start.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  // What Start found about --cluster on an existing market ("" if nothing).
+  const std::string& cluster_note() const { return cluster_note_; }
+
   // The admin token created by this Start on a fresh store ("" otherwise).
   const std::string& admin_token() const { return admin_token_; }
   const std::string& admin_token_file() const { return options_.admin_token_file; }
   bool fresh() const { return core_ && core_->fresh(); }
 
+  const ServerOptions& options() const { return options_; }
   MarketCore& core() { return *core_; }
   Metrics& metrics() { return metrics_; }
   TokenTable& tokens() { return tokens_; }
@@ -72,7 +100,9 @@ class Server {
 
  private:
   class Services;
-  Status CreateAdminToken();
+  Status PrepareCreation(MarketCreation* creation);
+  Status CheckClusterFile();
+  void InstallHttpRoutes();
 
   ServerOptions options_;
   Metrics metrics_;
@@ -84,6 +114,8 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   int grpc_port_ = 0;
   std::string admin_token_;
+  std::string cluster_note_;
+  std::unique_ptr<RateLimiter> limiter_;
   bool shut_down_ = false;
 };
 

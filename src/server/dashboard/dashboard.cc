@@ -134,6 +134,11 @@ class Dashboard {
   std::unordered_map<uint32_t, std::deque<Sample>> history_;  // By vertex id.
   static constexpr size_t kHistory = 2048;
 
+  // Open event streams, per token id and in all (server.h bounds them).
+  std::mutex streams_mu_;
+  std::unordered_map<uint64_t, int> streams_;
+  int streams_total_ = 0;
+
   std::mutex caps_mu_;
   uint64_t caps_seq_ = 0;  // Journal scanned up to here.
   uint32_t next_policy_ = 0;
@@ -413,8 +418,8 @@ Result<json> Dashboard::History(const std::string& vertex) {
   return json{{"vertex", cur["name"]}, {"now", cur["now"]}, {"quote", cur["quote"]}, {"points", std::move(points)}};
 }
 
-// Controls go to the gRPC OperatorService on loopback with the caller's own
-// token: the same handler, checks, rate limit and audit record as the CLI.
+// Controls go to the server's own gRPC OperatorService (an in-process
+// channel) with the caller's own token: the same handler, checks, rate limit and audit record as the CLI.
 Status Dashboard::Control(const Principal& p, const std::string& header, const std::string& kind, const json& body,
                           json* out) {
   if (p.role == Role::kTenant) return PermissionDenied("authorization: this call needs an operator or admin token");
@@ -426,7 +431,8 @@ Status Dashboard::Control(const Principal& p, const std::string& header, const s
   };
   LZ_ASSIGN_OR_RETURN(std::string node, str("node"));
   LZ_ASSIGN_OR_RETURN(std::string location, str("location"));
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(s_->grpc_port()), grpc::InsecureChannelCredentials());
+  // In-process: no network, so it works the same with and without TLS.
+  auto channel = s_->InProcessChannel();
   auto stub = pb::OperatorService::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization", header);
@@ -493,6 +499,22 @@ void Dashboard::Events(const httplib::Request& req, httplib::Response& res, cons
     }
     watch = std::move(*ids);
   }
+  {
+    std::lock_guard lock(streams_mu_);
+    const auto& o = s_->options();
+    if (streams_[p.token_id] >= o.http_streams_per_token) {
+      ReplyError(res, ResourceExhausted("events: at most " + std::to_string(o.http_streams_per_token) +
+                                        " open event streams per token; close one first"));
+      return;
+    }
+    if (streams_total_ >= o.http_streams_total) {
+      ReplyError(res, ResourceExhausted("events: the server has " + std::to_string(o.http_streams_total) +
+                                        " open event streams; try again later"));
+      return;
+    }
+    ++streams_[p.token_id];
+    ++streams_total_;
+  }
   auto sub = s_->core().Subscribe(p.role != Role::kTenant, p.tenant, std::move(watch));
   res.set_header("Cache-Control", "no-store");
   res.set_header("X-Accel-Buffering", "no");
@@ -500,7 +522,7 @@ void Dashboard::Events(const httplib::Request& req, httplib::Response& res, cons
   auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, sub, sent_hello, last_write](size_t, httplib::DataSink& sink) -> bool {
+      [this, p, sub, sent_hello, last_write](size_t, httplib::DataSink& sink) -> bool {
         if (!*sent_hello) {
           *sent_hello = true;
           // The client reconnects after 2 s by itself; `hello` marks a fresh stream.
@@ -508,6 +530,8 @@ void Dashboard::Events(const httplib::Request& req, httplib::Response& res, cons
           return sink.write(hello.data(), hello.size());
         }
         if (stop_) return false;
+        // A revoked token's stream ends within one wait (1 s).
+        if (!s_->tokens().Recheck(p).ok()) return false;
         std::vector<WireEvent> events;
         bool open = sub->Next(&events, std::chrono::milliseconds(1000));
         std::string out;
@@ -525,7 +549,12 @@ void Dashboard::Events(const httplib::Request& req, httplib::Response& res, cons
         }
         return true;
       },
-      [this, sub](bool) { s_->core().Unsubscribe(sub); });
+      [this, sub, id = p.token_id](bool) {
+        s_->core().Unsubscribe(sub);
+        std::lock_guard lock(streams_mu_);
+        if (--streams_[id] <= 0) streams_.erase(id);
+        --streams_total_;
+      });
 }
 
 }  // namespace
