@@ -239,7 +239,7 @@ int RunLiveDemo(const LiveDemoOptions& o) {
   }
   server.Shutdown();
   if (temp_db) {
-    for (const char* s : {"", "-wal", "-shm", ".admin-token"}) std::filesystem::remove(db + s);
+    for (const char* s : {"", "-wal", "-shm", ".admin-token", ".identity"}) std::filesystem::remove(db + s);
   }
   return conserved ? 0 : 1;
 }

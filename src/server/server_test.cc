@@ -693,7 +693,7 @@ TEST_F(ServerFixture, HttpHealthAndMetrics) {
 TEST_F(ServerFixture, RestartRecoversTheSameStateFromSqlite) {
   server_->Shutdown();
   std::string db = TempPath("restart.db");
-  cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token"};
+  cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token", db + ".identity"};
   auto o = DefaultOptions();
   o.db = db;
   StartServer(o);
