@@ -316,8 +316,11 @@ void MarketCore::RunBatch(std::vector<Command>& cmds) {
   pending_ = std::make_unique<Pending>();
   // Time advances at most once per batch, when its first mutation applies (if
   // the clock moved enough or something is due); later commands apply at that
-  // time. A batch of reads journals nothing (due events have the timer).
+  // time. A batch of reads journals nothing, unless something fell due
+  // (a grace deadline, maintenance): that applies first even under a steady
+  // stream of reads that keeps the timer from firing.
   batch_advanced_ = false;
+  if (engine_->NextEventTime() <= options_.clock()) AdvanceForMutation();
   for (Command& c : cmds) {
     WriterContext ctx(this, &c.actor);
     c.work(ctx);
