@@ -225,6 +225,22 @@ class Server::Services {
 
   Status Limit(const Principal& p) { return s_->Limit(p); }
 
+  // Counts a token's open gRPC streams; RESOURCE_EXHAUSTED beyond the bound.
+  Status AcquireStream(const Principal& p) {
+    std::lock_guard lock(streams_mu_);
+    int& n = streams_[p.token_id];
+    if (n >= s_->options_.grpc_streams_per_token) {
+      return ResourceExhausted("streams: at most " + std::to_string(s_->options_.grpc_streams_per_token) +
+                               " open streams per token; close one first");
+    }
+    ++n;
+    return Status::Ok();
+  }
+  void ReleaseStream(const Principal& p) {
+    std::lock_guard lock(streams_mu_);
+    if (--streams_[p.token_id] <= 0) streams_.erase(p.token_id);
+  }
+
   MethodStats* Stats(const char* method) {
     std::lock_guard lock(stats_mu_);
     auto& m = stats_[method];
@@ -268,6 +284,7 @@ class Server::Services {
                                           }
                                           return out;
                                         }));
+      LZ_RETURN_IF_ERROR(AcquireStream(p));
       sub = s_->core_->Subscribe(p.role != Role::kTenant, p.tenant, std::move(set));
       return Status::Ok();
     });
@@ -299,6 +316,7 @@ class Server::Services {
       }
     }
     s_->core_->Unsubscribe(sub);
+    ReleaseStream(principal);
     return ToGrpc(end);
   }
 
@@ -358,6 +376,7 @@ class Server::Services {
       auto principal = s_->Authenticate(c);
       Status st = principal.status();
       if (st.ok()) st = Authorize(*principal, Need::kTenant);
+      if (st.ok()) st = s_->AcquireStream(*principal);
       if (!st.ok()) {
         s_->Stats("StreamUpdates")->Observe(static_cast<int>(st.code()), 0);
         return ToGrpc(st);
@@ -436,6 +455,7 @@ class Server::Services {
         acks->cv.notify_all();
       }
       writer.join();
+      s_->ReleaseStream(p);
       auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
       s_->Stats("StreamUpdates")->Observe(0, us);
       return grpc::Status::OK;
@@ -1025,6 +1045,8 @@ class Server::Services {
   };
 
   Server* s_;
+  std::mutex streams_mu_;
+  std::unordered_map<uint64_t, int> streams_;
   std::mutex stats_mu_;
   std::unordered_map<std::string, MethodStats*> stats_;
   Tenant tenant_;

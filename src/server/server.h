@@ -51,6 +51,8 @@ struct ServerOptions {
   // counted across gRPC and HTTP together; 0 turns limiting off.
   double rate_limit = 5000;
   double rate_burst = 10000;
+  // Open gRPC streams (Watch, Operator.Watch, StreamUpdates) per token.
+  int grpc_streams_per_token = 16;
   // HTTP bounds (docs/SERVER.md, "Threat model and limits").
   int http_streams_per_token = 4;     // Open /api/v1/events streams per token.
   int http_streams_total = 32;        // ... and over all tokens.

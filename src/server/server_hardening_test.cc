@@ -582,6 +582,33 @@ TEST_F(DashboardServer, HealthzAnswersWhileStreamsAndSlowClientsHoldConnections)
   for (auto& t : streams) t.join();
 }
 
+TEST_F(ServerFixture, GrpcStreamsAreBoundedPerToken) {
+  Populate();
+  const int bound = ServerOptions().grpc_streams_per_token;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<pb::Event>>> readers;
+  for (int i = 0; i < bound; ++i) {
+    ctxs.push_back(Ctx(a_));
+    readers.push_back(tenant_stub_->Watch(ctxs.back().get(), pb::WatchRequest()));
+    readers.back()->WaitForInitialMetadata();
+  }
+  auto extra_ctx = Ctx(a_);
+  auto extra = tenant_stub_->Watch(extra_ctx.get(), pb::WatchRequest());
+  pb::Event e;
+  EXPECT_FALSE(extra->Read(&e));
+  grpc::Status st = extra->Finish();
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_EQ(st.error_message().rfind("streams:", 0), 0u) << st.error_message();
+  // Another tenant has its own bound; closing a stream frees a slot.
+  auto other_ctx = Ctx(b_);
+  auto other = tenant_stub_->Watch(other_ctx.get(), pb::WatchRequest());
+  other->WaitForInitialMetadata();
+  other_ctx->TryCancel();
+  (void)other->Finish();
+  for (auto& c : ctxs) c->TryCancel();
+  for (auto& r : readers) (void)r->Finish();
+}
+
 class RateLimitedDashboard : public ServerFixture {
  protected:
   void SetUp() override {
