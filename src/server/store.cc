@@ -1,7 +1,6 @@
 #include "server/store.h"
 
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -11,6 +10,8 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+
+#include "server/auth.h"
 
 namespace laissez::server {
 namespace {
@@ -390,17 +391,8 @@ std::unique_ptr<Store> NewMemoryStore() { return std::make_unique<MemoryStore>()
 
 std::string SidecarPath(const std::string& db) { return db + ".identity"; }
 
-std::string NewIdentity() {
-  unsigned char b[16];
-  if (RAND_bytes(b, sizeof b) != 1) std::abort();  // No randomness: nothing is safe to create.
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : b) {
-    s += hex[c >> 4];
-    s += hex[c & 15];
-  }
-  return s;
-}
+// 16 of a fresh token's 32 random bytes, as hex.
+std::string NewIdentity() { return NewToken().substr(3, 32); }
 
 Result<Sidecar> ReadSidecar(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r");
