@@ -206,7 +206,9 @@ struct Policy {
   PolicySpec spec;
   bool alive = true;
   Micros maint_start = 0;  // Effective maintenance start.
-  Price power_floor = 0;   // Current floor of a power-cap policy.
+  Price power_floor = 0;   // Current floor of a power-cap policy or an adaptive cap's controller.
+  int64_t staying_w = 0;   // Adaptive cap: staying power measured at the last control step.
+  Micros next_step = kNever;  // Adaptive cap: the next control step.
   Micros sched = kNever;
 };
 
@@ -1563,7 +1565,7 @@ class MarketEngine::Impl {
           using T = std::decay_t<decltype(s)>;
           if constexpr (std::is_same_v<T, StaticFloorSpec> || std::is_same_v<T, MaintenanceSpec>) {
             return covers(s.target);
-          } else if constexpr (std::is_same_v<T, PowerCapSpec>) {
+          } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
             return topo_.LocationContains(s.row, topo_.node(n).rack);
           } else {
             return topo_.LocationContains(s.location, topo_.node(n).rack);
@@ -1580,7 +1582,7 @@ class MarketEngine::Impl {
             return s.price;
           } else if constexpr (std::is_same_v<T, MaintenanceSpec>) {
             return (now_ >= p.maint_start && now_ < s.end) ? kInfPrice : 0;
-          } else if constexpr (std::is_same_v<T, PowerCapSpec>) {
+          } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
             return p.power_floor;
           } else {
             int64_t intensity = 0;
@@ -1660,6 +1662,8 @@ class MarketEngine::Impl {
               if (from > now_) return from;
             }
             return kNever;
+          } else if constexpr (std::is_same_v<T, AdaptivePowerCapSpec>) {
+            return p.next_step;
           } else {
             return kNever;
           }
@@ -1672,6 +1676,43 @@ class MarketEngine::Impl {
     ScheduleErase(p.sched, kSchedPolicy, id);
     p.sched = p.alive ? PolicyNextChange(p) : kNever;
     ScheduleAdd(p.sched, kSchedPolicy, id);
+  }
+
+  // The power of the row's held nodes that stay, and whether any is leaving:
+  // a node is leaving when its holder's limit is below its floor (rule 2) and
+  // no single pending challenger reaches that floor (the node would move to
+  // it and keep drawing power). Reserved nodes sit idle and do not count.
+  int64_t StayingPower(LocationId row, bool* leaving_any) const {
+    int64_t sum = 0;
+    *leaving_any = false;
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const NodeState& s = nodes_[i];
+      if (!s.alive || !s.holder.valid() || !topo_.LocationContains(row, topo_.node(NodeId(i)).rack)) continue;
+      bool leaving = s.limit < s.base_floor;
+      if (leaving && s.challenger != UINT32_MAX) {
+        const Order& o = orders_[s.challenger];
+        if (!o.is_gang() && o.effective >= s.base_floor) leaving = false;
+      }
+      if (leaving) *leaving_any = true;
+      else sum = SatAdd(sum, topo_.node(NodeId(i)).meta.power_w);
+    }
+    return sum;
+  }
+
+  // One control step of an adaptive power cap (docs/MECHANISM.md): a
+  // scheduled event every `interval` from the policy's creation, so splitting
+  // an Advance never moves it, and evaluated before the instant's matching.
+  void AdaptiveControl(uint32_t id) {
+    Policy& p = policies_[id];
+    const auto& spec = std::get<AdaptivePowerCapSpec>(p.spec);
+    bool pending = false;
+    p.staying_w = StayingPower(spec.row, &pending);
+    Price floor = AdaptiveStep(spec, p.power_floor, p.staying_w, pending);
+    p.next_step = SatAdd(p.next_step, spec.interval);
+    if (floor != p.power_floor) {
+      p.power_floor = floor;
+      RecomputeFloorsUnder(p);
+    }
   }
 
   // Re-evaluates power-cap floors from committed power. True if any floor changed.
@@ -1884,7 +1925,10 @@ class MarketEngine::Impl {
         case kSchedPolicy: {
           Policy& p = policies_[k.id];
           p.sched = kNever;
-          if (p.alive) {
+          if (p.alive && std::holds_alternative<AdaptivePowerCapSpec>(p.spec)) {
+            AdaptiveControl(static_cast<uint32_t>(k.id));
+            SchedulePolicy(static_cast<uint32_t>(k.id));
+          } else if (p.alive) {
             RecomputeFloorsUnder(p);
             SchedulePolicy(static_cast<uint32_t>(k.id));
           }
@@ -2391,6 +2435,16 @@ Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
         last = th;
       }
       m.has_power_policy_ = true;
+    } else if (const auto* s = std::get_if<AdaptivePowerCapSpec>(&spec)) {
+      if (!s->row.valid() || s->row.value >= m.topo_.location_count() ||
+          m.topo_.location(s->row).level != Level::kRow) {
+        return InvalidArgument("row: not a row location");
+      }
+      LZ_RETURN_IF_ERROR(ValidateAdaptivePowerCap(*s));
+      // The floor starts at min_floor at once (an operator change); the
+      // controller's first step is one interval later.
+      p.power_floor = s->min_floor;
+      p.next_step = SatAdd(m.now_, s->interval);
     } else if (const auto* s = std::get_if<CarbonSpec>(&spec)) {
       if (!s->location.valid() || s->location.value >= m.topo_.location_count()) {
         return NotFound("location: no location with id " + Num(s->location.value));
@@ -2656,6 +2710,22 @@ Result<TenantView> MarketEngine::GetTenant(TenantId tenant) const {
   v.nodes = t.nodes;
   std::sort(v.nodes.begin(), v.nodes.end());
   for (uint64_t id : t.orders) v.orders.push_back(OrderId(id));
+  return v;
+}
+
+Result<PolicyView> MarketEngine::GetPolicy(PolicyId id) const {
+  const Impl& m = *impl_;
+  if (!id.valid() || id.value >= m.policies_.size()) return NotFound("policy: no policy with id " + Num(id.value));
+  const Policy& p = m.policies_[id.value];
+  PolicyView v;
+  v.id = id;
+  v.spec = p.spec;
+  v.alive = p.alive;
+  if (std::holds_alternative<PowerCapSpec>(p.spec) || std::holds_alternative<AdaptivePowerCapSpec>(p.spec)) {
+    v.floor = p.alive ? p.power_floor : 0;
+  }
+  v.staying_w = p.staying_w;
+  v.next_step = p.alive ? p.next_step : kNever;
   return v;
 }
 

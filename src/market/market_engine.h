@@ -110,6 +110,9 @@ class MarketEngine {
   Result<NodeView> GetNode(NodeId node) const;
   Result<OrderView> GetOrder(OrderId order) const;
   Result<TenantView> GetTenant(TenantId tenant) const;
+  // A policy's state now, removed ones included (alive = false). NOT_FOUND if
+  // no policy ever had that id.
+  Result<PolicyView> GetPolicy(PolicyId id) const;
   size_t tenant_count() const;
   Result<TenantId> FindTenant(std::string_view name) const;
   // Money the tenant would have if every holding were settled now.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "market/operation.h"
 
 namespace laissez::market {
@@ -249,6 +251,7 @@ TEST_F(EngineTest, ApplyRunsOperationsAsData) {
   EXPECT_EQ(OpName(op.body), "add_node");
 }
 
+
 }  // namespace
 }  // namespace laissez::market
 
@@ -282,6 +285,7 @@ TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
   ASSERT_TRUE(e.Advance(16 * kS).ok());
   EXPECT_EQ(e.GetNode(n)->floor, 2 * kMicroUnits);  // 3 - 0.2 x 5 s.
 }
+
 
 }  // namespace
 }  // namespace laissez::market
@@ -324,6 +328,188 @@ TEST(EngineObserver, RecordedOperationsReplayToTheSameLedgerAndEvents) {
   EXPECT_EQ(std::vector<LedgerEntry>(replay.ledger().begin(), replay.ledger().end()),
             std::vector<LedgerEntry>(live.ledger().begin(), live.ledger().end()));
   EXPECT_FALSE(live.ledger().empty());
+}
+
+
+// ---------------------------------------------------------------- adaptive power caps
+
+// A row of ten 1 kW nodes held by ten tenants whose limits are 1..10 per hour
+// and who never raise them; a second row of one node outside every cap.
+class AdaptiveCapTest : public ::testing::Test {
+ protected:
+  static constexpr Micros kMin = 60 * kSec;
+  void SetUp() override {
+    MarketParams p;
+    p.grace = 2 * kMin;
+    engine_ = std::make_unique<MarketEngine>(p);
+    engine_->set_sink(&rec_);
+    for (int i = 0; i < 10; ++i) {
+      auto n = engine_->AddNode(0, Node("a" + std::to_string(i), "h100", "k1", "r1"));
+      ASSERT_TRUE(n.ok());
+      row_.push_back(*n);
+    }
+    ASSERT_TRUE(engine_->AddNode(0, Node("b0", "h100", "k9", "r2")).ok());
+    for (int i = 0; i < 10; ++i) {
+      auto t = engine_->CreateTenant(0, "t" + std::to_string(i), 1'000'000 * kUnit);
+      ASSERT_TRUE(t.ok());
+      auto leaf = engine_->topology().FindVertex("a" + std::to_string(i));
+      ASSERT_TRUE(leaf.ok());
+      ASSERT_TRUE(engine_->PlaceOrder(0, *t, OrderSpec{*leaf, (i + 1) * kUnit}).ok());
+    }
+    row_loc_ = *engine_->topology().FindLocation("eu/eu-1a/r1");
+  }
+  AdaptivePowerCapSpec Spec(int64_t cap_w) const {
+    AdaptivePowerCapSpec s;
+    s.row = row_loc_;
+    s.cap_w = cap_w;
+    s.margin_ppm = 100'000;  // Target: 90% of the cap.
+    s.band_ppm = 100'000;
+    s.interval = kMin;
+    s.rise_ppm = 500'000;  // +50% a step,
+    s.rise_min = kUnit;    // at least 1/h,
+    s.rise_max = 4 * kUnit;  // at most 4/h.
+    s.fall_step = kUnit / 2;
+    return s;
+  }
+  int64_t RowPower() const {
+    int64_t w = 0;
+    for (NodeId n : row_) w += engine_->GetNode(n)->holder.valid() ? 1000 : 0;
+    return w;
+  }
+  std::unique_ptr<MarketEngine> engine_;
+  Recorder rec_;
+  std::vector<NodeId> row_;
+  LocationId row_loc_;
+};
+
+TEST_F(AdaptiveCapTest, LoweredCapIsMetWithinTheStatedBoundWithNoticeAndNoOvershoot) {
+  auto normal = engine_->AddPolicy(0, Spec(20'000));
+  ASSERT_TRUE(normal.ok()) << normal.status().ToString();
+  ASSERT_TRUE(engine_->Advance(60 * kMin).ok());
+  EXPECT_EQ(RowPower(), 10'000);  // Under the normal cap: the floor stays at min_floor.
+  EXPECT_EQ(engine_->GetPolicy(*normal)->floor, 0);
+
+  // Cooling failure at t0: the operator adds an emergency cap of 5 kW.
+  const Micros t0 = engine_->now();
+  const AdaptivePowerCapSpec emergency = Spec(5'000);
+  auto e = engine_->AddPolicy(t0, emergency);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  // The bound of docs/MECHANISM.md: with every limit in the row at most L and
+  // max_floor > L, the row is at or under the cap by
+  // t0 + ceil((L + 1 - min_floor) / rise_min) x interval + grace.
+  const Price L = 10 * kUnit;
+  const int64_t k = (L + 1 - emergency.min_floor + emergency.rise_min - 1) / emergency.rise_min;
+  const Micros bound = t0 + k * emergency.interval + engine_->params().grace;
+  Micros met = kNever;
+  for (Micros t = t0; t <= bound + 30 * kMin; t += kSec) {
+    ASSERT_TRUE(engine_->Advance(t).ok());
+    if (met == kNever && RowPower() <= emergency.cap_w) met = t;
+    if (met != kNever) {
+      EXPECT_LE(RowPower(), emergency.cap_w) << "over the cap again at " << t;
+    }
+  }
+  ASSERT_NE(met, kNever);
+  EXPECT_LE(met, bound);
+  // 50% rises from 0: 1, 2, 3, 4.5, 6.75 - the fifth step puts the floor above
+  // six limits, leaving 4 kW, under the 4.5 kW target; the notices of that
+  // step end at its deadline.
+  EXPECT_EQ(met, t0 + 5 * kMin + engine_->params().grace);
+  // No overshoot: the controller stopped once the staying power was under the
+  // target, so the four highest bidders kept their nodes.
+  EXPECT_EQ(RowPower(), 4'000);
+  for (int i = 6; i < 10; ++i) {
+    EXPECT_TRUE(engine_->GetNode(row_[i])->holder.valid()) << i;
+  }
+  auto pv = engine_->GetPolicy(*e);
+  ASSERT_TRUE(pv.ok());
+  EXPECT_EQ(pv->floor, 6'750'000);
+  EXPECT_EQ(pv->staying_w, 4'000);
+  // Every release for the floor came a full grace after a floor notice.
+  std::map<uint32_t, Micros> noticed;
+  int released = 0;
+  for (const Event& ev : rec_.events) {
+    if (ev.type == EventType::kNotice && (ev.reasons & kReasonFloor) && !noticed.count(ev.node.value)) {
+      noticed[ev.node.value] = ev.time;
+    }
+    if (ev.type == EventType::kReleased) {
+      ++released;
+      ASSERT_TRUE(noticed.count(ev.node.value)) << "node " << ev.node.value << " released without a notice";
+      EXPECT_GE(ev.time - noticed[ev.node.value], engine_->params().grace);
+    }
+  }
+  EXPECT_EQ(released, 6);
+}
+
+TEST_F(AdaptiveCapTest, FloorFallsNoFasterThanItsBoundWhenTheRowEmpties) {
+  AdaptivePowerCapSpec s = Spec(5'000);
+  auto id = engine_->AddPolicy(0, s);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine_->Advance(30 * kMin).ok());
+  const Price high = engine_->GetPolicy(*id)->floor;
+  ASSERT_GT(high, 6 * kUnit);
+  // Everyone leaves: the row is empty, far below the band.
+  for (int i = 6; i < 10; ++i) ASSERT_TRUE(engine_->Relinquish(engine_->now(), TenantId(i), row_[i]).ok());
+  Price prev = high;
+  Micros t = engine_->now();
+  for (int m = 1; m <= 30; ++m) {
+    t += kMin;
+    ASSERT_TRUE(engine_->Advance(t).ok());
+    Price f = engine_->GetPolicy(*id)->floor;
+    EXPECT_LE(prev - f, s.fall_step) << "minute " << m;
+    EXPECT_GE(f, s.min_floor);
+    prev = f;
+  }
+  EXPECT_LT(prev, high);  // It does fall, by exactly fall_step a step until min_floor.
+  EXPECT_EQ(prev, std::max<Price>(0, high - 30 * s.fall_step));
+}
+
+TEST_F(AdaptiveCapTest, ControlStepsAreOnTheEngineClockSoSplittingAdvanceChangesNothing) {
+  auto run = [&](bool split) {
+    MarketParams p;
+    p.grace = 2 * kMin;
+    MarketEngine e(p);
+    Recorder r;
+    e.set_sink(&r);
+    for (int i = 0; i < 10; ++i) EXPECT_TRUE(e.AddNode(0, Node("a" + std::to_string(i), "h100", "k1", "r1")).ok());
+    for (int i = 0; i < 10; ++i) {
+      auto t = e.CreateTenant(0, "t" + std::to_string(i), 1'000'000 * kUnit);
+      EXPECT_TRUE(e.PlaceOrder(0, *t, OrderSpec{*e.topology().FindVertex("a" + std::to_string(i)), (i + 1) * kUnit}).ok());
+    }
+    AdaptivePowerCapSpec s = Spec(5'000);
+    s.row = *e.topology().FindLocation("eu/eu-1a/r1");
+    EXPECT_TRUE(e.AddPolicy(7 * kSec, s).ok());
+    if (split) {
+      for (Micros t = 7 * kSec; t < 40 * kMin; t += 13 * kSec + 1) EXPECT_TRUE(e.Advance(t).ok());
+    }
+    EXPECT_TRUE(e.Advance(40 * kMin).ok());
+    return std::make_pair(r.events, e.GetPolicy(PolicyId(0))->floor);
+  };
+  auto [events_whole, floor_whole] = run(false);
+  auto [events_split, floor_split] = run(true);
+  EXPECT_EQ(events_whole, events_split);
+  EXPECT_EQ(floor_whole, floor_split);
+  EXPECT_GT(floor_whole, 0);
+}
+
+TEST_F(AdaptiveCapTest, BadParametersAreRejectedNamingTheField) {
+  auto check = [&](AdaptivePowerCapSpec s, std::string_view field) {
+    auto r = engine_->AddPolicy(engine_->now(), s);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message().rfind(std::string(field) + ":", 0), 0u) << r.status().ToString();
+  };
+  AdaptivePowerCapSpec s = Spec(5'000);
+  auto bad = s; bad.row = *engine_->topology().FindLocation("eu"); check(bad, "row");
+  bad = s; bad.cap_w = 0; check(bad, "cap_w");
+  bad = s; bad.margin_ppm = 1'000'000; check(bad, "margin_ppm");
+  bad = s; bad.band_ppm = 950'000; check(bad, "band_ppm");
+  bad = s; bad.interval = kSec - 1; check(bad, "interval");
+  bad = s; bad.rise_min = 0; check(bad, "rise_min");
+  bad = s; bad.rise_max = s.rise_min - 1; check(bad, "rise_max");
+  bad = s; bad.fall_step = kInfPrice; check(bad, "fall_step");
+  bad = s; bad.min_floor = kInfPrice; check(bad, "min_floor");
+  bad = s; bad.min_floor = kUnit; bad.max_floor = kUnit - 1; check(bad, "max_floor");
+  EXPECT_TRUE(engine_->AddPolicy(engine_->now(), s).ok());
 }
 
 }  // namespace

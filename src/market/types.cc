@@ -1,5 +1,6 @@
 #include "market/types.h"
 
+#include <algorithm>
 #include <string>
 
 namespace laissez::market {
@@ -23,6 +24,44 @@ Status ValidateParams(const MarketParams& p) {
   if (p.decay_beta < 0 || p.decay_beta == kInfPrice) return InvalidArgument("decay_beta: must be finite and not negative");
   LZ_RETURN_IF_ERROR(duration(p.min_hold, "min_hold"));
   return Status::Ok();
+}
+
+Status ValidateAdaptivePowerCap(const AdaptivePowerCapSpec& s) {
+  if (s.cap_w <= 0) return InvalidArgument("cap_w: must be positive");
+  if (s.margin_ppm < 0 || s.margin_ppm >= kPpm) return InvalidArgument("margin_ppm: must be in [0, 1000000)");
+  if (s.band_ppm < 0 || s.band_ppm > kPpm - s.margin_ppm) {
+    return InvalidArgument("band_ppm: must not be negative, and margin_ppm + band_ppm at most 1000000");
+  }
+  // A controller stepping every microsecond would make one Advance loop a
+  // million times per second of engine time.
+  if (s.interval < kMicrosPerSecond || s.interval > kMaxDuration) {
+    return InvalidArgument("interval: must be at least 1 second (1000000) and at most " + std::to_string(kMaxDuration) +
+                           " microseconds (100 years)");
+  }
+  if (s.rise_ppm < 0 || s.rise_ppm > 100 * kPpm) return InvalidArgument("rise_ppm: must be in [0, 100000000]");
+  if (s.rise_min < 1 || s.rise_min == kInfPrice) {
+    return InvalidArgument("rise_min: must be finite and at least 1 (a floor at 0 must be able to rise)");
+  }
+  if (s.rise_max < s.rise_min || s.rise_max == kInfPrice) return InvalidArgument("rise_max: must be finite and at least rise_min");
+  if (s.fall_step < 0 || s.fall_step == kInfPrice) return InvalidArgument("fall_step: must be finite and not negative");
+  if (s.min_floor < 0 || s.min_floor == kInfPrice) return InvalidArgument("min_floor: must be finite and not negative");
+  if (s.max_floor < s.min_floor) return InvalidArgument("max_floor: must be at least min_floor");
+  return Status::Ok();
+}
+
+Price AdaptiveStep(const AdaptivePowerCapSpec& s, Price floor, int64_t staying_w, bool reclaim_pending) {
+  // Thresholds in watts, rounded down: the row must be strictly above the
+  // target to rise, so rounding down errs on the side of holding the cap.
+  const __int128 cap = s.cap_w;
+  const __int128 target = cap * (kPpm - s.margin_ppm) / kPpm;
+  const __int128 low = cap * (kPpm - s.margin_ppm - s.band_ppm) / kPpm;
+  if (staying_w > target) {
+    Price rise = std::clamp(MulPpmCeil(floor, s.rise_ppm), s.rise_min, s.rise_max);
+    return std::min(s.max_floor, SatAdd(floor, rise));
+  }
+  if (reclaim_pending || staying_w >= low) return floor;
+  if (floor == kInfPrice) return floor;  // Only a saturated rise gets here; stay put rather than jump.
+  return std::max(s.min_floor, floor - std::min(floor, s.fall_step));
 }
 
 std::string_view LocalityName(Locality l) {

@@ -113,7 +113,50 @@ struct MaintenanceSpec {  // Infinite floor on [start, end): notices at start - 
   Micros end = kNever;  // kNever: a drain.
   bool operator==(const MaintenanceSpec&) const = default;
 };
-using PolicySpec = std::variant<StaticFloorSpec, PowerCapSpec, CarbonSpec, MaintenanceSpec>;
+// An adaptive power cap (docs/MECHANISM.md, "Adaptive power caps"): a
+// controller sets the row's floor from its committed power every `interval`,
+// on the engine's clock. It rises while the row's power that stays (held nodes
+// whose holder is not leaving under a floor notice) is above the target
+// cap x (1 - margin), holds in the band below the target or while a reclaim it
+// caused is pending, and otherwise falls by at most `fall_step` per interval.
+struct AdaptivePowerCapSpec {
+  LocationId row;
+  int64_t cap_w = 0;
+  Ppm margin_ppm = 0;        // Target = cap x (1 - margin); in [0, 1000000).
+  Ppm band_ppm = 0;          // Hold band below the target; margin + band <= 1000000.
+  Micros interval = 60 * kMicrosPerSecond;  // Control interval, >= 1 s.
+  Ppm rise_ppm = 0;          // Multiplicative part of a rise (of the current floor).
+  Price rise_min = 1;        // Smallest rise, >= 1 (a floor at 0 must be able to rise).
+  Price rise_max = 0;        // Largest rise per interval, >= rise_min, finite.
+  Price fall_step = 0;       // Largest fall per interval, finite (0: the floor never falls).
+  Price min_floor = 0;       // The floor starts here and never goes below; finite.
+  Price max_floor = kInfPrice;  // The floor never goes above; >= min_floor.
+  bool operator==(const AdaptivePowerCapSpec&) const = default;
+};
+// INVALID_ARGUMENT naming the field if a parameter is out of range (the row
+// itself is checked by the engine, which knows the topology).
+Status ValidateAdaptivePowerCap(const AdaptivePowerCapSpec& s);
+// The controller's rule, shared by the engine and the tests: the floor after
+// one control step from `floor`, given the row's staying power and whether a
+// reclaim the controller caused is pending.
+Price AdaptiveStep(const AdaptivePowerCapSpec& s, Price floor, int64_t staying_w, bool reclaim_pending);
+
+// New kinds go at the end: the variant index is part of nothing persistent,
+// but keeping the order stable keeps `PolicyKindName` simple.
+using PolicySpec = std::variant<StaticFloorSpec, PowerCapSpec, CarbonSpec, MaintenanceSpec, AdaptivePowerCapSpec>;
+
+// The state of a policy now (for operators, the dashboard and tests).
+struct PolicyView {
+  PolicyId id;
+  PolicySpec spec;
+  bool alive = false;
+  // The floor the policy puts on its nodes now: the controller's floor for an
+  // adaptive cap, the step's floor for a power cap, otherwise 0 (static,
+  // carbon and maintenance floors are per node or per time; see the spec).
+  Price floor = 0;
+  int64_t staying_w = 0;    // Adaptive: the staying power measured at the last step.
+  Micros next_step = kNever;  // Adaptive: the next control step.
+};
 
 enum class EventType : uint8_t {
   kAllocated = 0,       // A free node went to `tenant` by `order`; `price` is its limit.

@@ -24,7 +24,8 @@ enum Key : uint8_t {
   kLocality, kRelTo, kLimit, kAmount, kWaived, kBalance, kMaxRate, kDeadline, kReasons, kCancelReason,
   kName, kType, kRegion, kZone, kRow, kRack, kGpus, kMemoryGb, kPowerW, kGrace, kHysteresisPpm, kTick,
   kClipAlphaPpm, kClipInterval, kDecayBeta, kMinHold, kKind, kLocation, kCapW, kSteps, kPricePerTonne,
-  kSeries, kStart, kEnd, kNumKeys
+  kSeries, kStart, kEnd, kMarginPpm, kBandPpm, kInterval, kRisePpm, kRiseMin, kRiseMax, kFallStep, kMinFloor,
+  kMaxFloor, kNumKeys
 };
 static_assert(kNumKeys <= 64);
 
@@ -33,7 +34,8 @@ constexpr std::string_view kKeyNames[kNumKeys] = {
     "count", "locality", "rel_to", "limit", "amount", "waived", "balance", "max_rate", "deadline", "reasons",
     "cancel_reason", "name", "type", "region", "zone", "row", "rack", "gpus", "memory_gb", "power_w", "grace",
     "hysteresis_ppm", "tick", "clip_alpha_ppm", "clip_interval", "decay_beta", "min_hold", "kind", "location",
-    "cap_w", "steps", "price_per_tonne", "series", "start", "end"};
+    "cap_w", "steps", "price_per_tonne", "series", "start", "end", "margin_ppm", "band_ppm", "interval", "rise_ppm",
+    "rise_min", "rise_max", "fall_step", "min_floor", "max_floor"};
 
 // Keys whose value is text rather than a number.
 constexpr uint64_t Bit(Key k) { return uint64_t{1} << k; }
@@ -41,6 +43,9 @@ constexpr uint64_t kStringKeys = Bit(kOp) | Bit(kEvent) | Bit(kLocality) | Bit(k
                                  Bit(kName) | Bit(kType) | Bit(kRegion) | Bit(kZone) | Bit(kRow) | Bit(kRack) |
                                  Bit(kKind);
 constexpr uint64_t kPairKeys = Bit(kSteps) | Bit(kSeries);
+// The controller parameters of an adaptive power cap (besides location and cap_w).
+constexpr uint64_t kAdaptiveKeys = Bit(kMarginPpm) | Bit(kBandPpm) | Bit(kInterval) | Bit(kRisePpm) | Bit(kRiseMin) |
+                                   Bit(kRiseMax) | Bit(kFallStep) | Bit(kMinFloor) | Bit(kMaxFloor);
 
 int LookupKey(std::string_view key) {
   // Short keys; comparing the length first rejects most candidates cheaply.
@@ -206,6 +211,19 @@ struct OpEncoder {
     AppendTarget(w, s.target);
     w.Int(kStart, s.start);
     w.Time(kEnd, s.end);
+  }
+  void operator()(const market::AdaptivePowerCapSpec& s) {
+    w.Id(kLocation, s.row);
+    w.Int(kCapW, s.cap_w);
+    w.Int(kMarginPpm, s.margin_ppm);
+    w.Int(kBandPpm, s.band_ppm);
+    w.Int(kInterval, s.interval);
+    w.Int(kRisePpm, s.rise_ppm);
+    w.Int(kRiseMin, s.rise_min);
+    w.Int(kRiseMax, s.rise_max);
+    w.Int(kFallStep, s.fall_step);
+    w.Int(kMinFloor, s.min_floor);
+    w.Price(kMaxFloor, s.max_floor);
   }
   void operator()(const market::OpRemovePolicy& o) { w.Id(kPolicy, o.policy); }
   void operator()(const market::OpCreateTenant& o) {
@@ -517,7 +535,7 @@ constexpr OpKind kOpKinds[] = {
     {"set_params", Bit(kGrace) | Bit(kHysteresisPpm) | Bit(kTick) | Bit(kClipAlphaPpm) | Bit(kClipInterval) |
                        Bit(kDecayBeta) | Bit(kMinHold)},
     {"add_policy", Bit(kId) | Bit(kKind) | kTargetKeys | Bit(kPrice) | Bit(kCapW) | Bit(kSteps) |
-                       Bit(kPricePerTonne) | Bit(kSeries) | Bit(kStart) | Bit(kEnd)},
+                       Bit(kPricePerTonne) | Bit(kSeries) | Bit(kStart) | Bit(kEnd) | kAdaptiveKeys},
     {"remove_policy", Bit(kPolicy)},
     {"create_tenant", Bit(kId) | Bit(kName) | Bit(kBalance) | Bit(kMaxRate)},
     {"deposit", Bit(kTenant) | Bit(kAmount)},
@@ -558,6 +576,24 @@ Status BuildPolicy(const Reader& r, market::PolicySpec* out) {
     if (!r.has(kSteps)) return r.Missing(kSteps);
     s.steps = r.fields().steps;
     *out = std::move(s);
+  } else if (kind == "adaptive_power_cap") {
+    LZ_RETURN_IF_ERROR(CheckAllowed(p, kCommonOp | Bit(kId) | Bit(kKind) | Bit(kLocation) | Bit(kCapW) | kAdaptiveKeys,
+                                    "add_policy adaptive_power_cap"));
+    // Every field is required: a log states the whole controller, so a later
+    // change of a default cannot change what an old log replays to.
+    market::AdaptivePowerCapSpec s;
+    LZ_RETURN_IF_ERROR(r.Location(kLocation, &s.row));
+    LZ_RETURN_IF_ERROR(r.Int(kCapW, &s.cap_w));
+    LZ_RETURN_IF_ERROR(r.Int(kMarginPpm, &s.margin_ppm));
+    LZ_RETURN_IF_ERROR(r.Int(kBandPpm, &s.band_ppm));
+    LZ_RETURN_IF_ERROR(r.Time(kInterval, &s.interval, false));
+    LZ_RETURN_IF_ERROR(r.Int(kRisePpm, &s.rise_ppm));
+    LZ_RETURN_IF_ERROR(r.Price(kRiseMin, &s.rise_min, false));
+    LZ_RETURN_IF_ERROR(r.Price(kRiseMax, &s.rise_max, false));
+    LZ_RETURN_IF_ERROR(r.Price(kFallStep, &s.fall_step, false));
+    LZ_RETURN_IF_ERROR(r.Price(kMinFloor, &s.min_floor, false));
+    LZ_RETURN_IF_ERROR(r.Price(kMaxFloor, &s.max_floor, true));
+    *out = s;
   } else if (kind == "carbon") {
     LZ_RETURN_IF_ERROR(CheckAllowed(
         p, kCommonOp | Bit(kId) | Bit(kKind) | Bit(kLocation) | Bit(kPricePerTonne) | Bit(kSeries), "add_policy carbon"));
@@ -576,7 +612,8 @@ Status BuildPolicy(const Reader& r, market::PolicySpec* out) {
     LZ_RETURN_IF_ERROR(r.Time(kEnd, &s.end, true));
     *out = s;
   } else {
-    return Bad(kKind, "'" + Quoted(kind) + "' is not a policy kind (static_floor, power_cap, carbon, maintenance)");
+    return Bad(kKind, "'" + Quoted(kind) + "' is not a policy kind (static_floor, power_cap, carbon, maintenance, "
+                     "adaptive_power_cap)");
   }
   return Status::Ok();
 }
@@ -804,6 +841,7 @@ std::string_view PolicyKindName(const market::PolicySpec& spec) {
     case 1: return "power_cap";
     case 2: return "carbon";
     case 3: return "maintenance";
+    case 4: return "adaptive_power_cap";
   }
   return "?";
 }

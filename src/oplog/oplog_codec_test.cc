@@ -34,6 +34,9 @@ std::vector<Operation> EveryOperation() {
   add(8, OpAddPolicy{MaintenanceSpec{FloorTarget{LocationId(5), NodeId()}, 10'000'000, 20'000'000}});
   add(9, OpAddPolicy{MaintenanceSpec{FloorTarget{LocationId(), NodeId(2)}, 10'000'000, kNever}});
   add(9, OpAddPolicy{StaticFloorSpec{FloorTarget{}, 5}});  // No target: the engine rejects it, the log keeps it.
+  add(9, OpAddPolicy{AdaptivePowerCapSpec{LocationId(4), 73'440, 150'000, 100'000, 60'000'000, 250'000, 1'000'000,
+                                          20'000'000, 500'000, 0, kInfPrice}});
+  add(9, OpAddPolicy{AdaptivePowerCapSpec{LocationId(4), 5'000, 0, 0, 1'000'000, 0, 1, 1, 0, 7, 9}});
   add(10, OpRemovePolicy{PolicyId(2)});
   add(11, OpCreateTenant{"acme", 100'000'000, kInfPrice});
   add(12, OpCreateTenant{"b\u00e9ta", 0, 5'000'000});
@@ -313,6 +316,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "steps[1]", "negative"},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"power_cap","location":1,"cap_w":5,"steps":[[1,"lots"]]})",
                 "steps[0]", "\"inf\""},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_power_cap","location":1,"cap_w":5,"margin_ppm":0,"band_ppm":0,)"
+                R"("interval":1000000,"rise_ppm":0,"rise_min":1,"rise_max":1,"fall_step":0,"min_floor":0})",
+                "max_floor", "required"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_power_cap","location":1,"cap_w":5,"margin_ppm":0,"band_ppm":0,)"
+                R"("interval":1000000,"rise_ppm":0,"rise_min":"inf","rise_max":1,"fall_step":0,"min_floor":0,"max_floor":1})",
+                "rise_min", "finite"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_power_cap","location":1,"cap_w":5,"margin_ppm":0,"band_ppm":0,)"
+                R"("interval":1000000,"rise_ppm":0,"rise_min":1,"rise_max":1,"fall_step":0,"min_floor":0,"max_floor":1,"steps":[]})",
+                "steps", "not a field of add_policy adaptive_power_cap"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_power_cap","location":1,"cap_w":5,"margin_ppm":0,"band_ppm":0,)"
+                R"("interval":1000000,"rise_ppm":-1,"rise_min":1,"rise_max":1,"fall_step":0,"min_floor":0,"max_floor":1})",
+                "rise_ppm", ""},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"carbon","location":1,"price_per_tonne":5,"series":7})", "series",
                 "array"},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"maintenance","node":1,"start":5,"end":"later"})", "end",
