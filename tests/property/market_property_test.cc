@@ -129,6 +129,11 @@ std::string Describe(const Operation& op) {
                 } else if constexpr (std::is_same_v<P, PowerCapSpec>) {
                   s << " power row=" << p.row.value << " cap=" << p.cap_w << " steps=";
                   for (auto [u, f] : p.steps) s << u << ":" << f << ",";
+                } else if constexpr (std::is_same_v<P, AdaptivePowerCapSpec>) {
+                  s << " adaptive row=" << p.row.value << " cap=" << p.cap_w << " margin=" << p.margin_ppm
+                    << " band=" << p.band_ppm << " interval=" << p.interval << " rise=" << p.rise_ppm << "/"
+                    << p.rise_min << ".." << p.rise_max << " fall=" << p.fall_step << " floor=[" << p.min_floor << ", "
+                    << p.max_floor << "]";
                 } else if constexpr (std::is_same_v<P, CarbonSpec>) {
                   s << " carbon loc=" << p.location.value << " per_tonne=" << p.price_per_tonne << " series=";
                   for (auto [t, g] : p.series) s << t << ":" << g << ",";
@@ -292,6 +297,24 @@ class OpGen {
         pc.steps = *rc::gen::element(Steps{{0, 0}, {500'000, 2 * kUnit}, {900'000, 6 * kUnit}},
                                      Steps{{0, kUnit / 2}, {800'000, 3 * kUnit}, {1'000'000, kInfPrice}},
                                      Steps{{300'000, 4 * kUnit}});
+        if (*rc::gen::element(0, 1) == 1) {
+          // The adaptive cap: same rows and caps, controllers from gentle to
+          // jumpy, with intervals that fall between and on other events.
+          AdaptivePowerCapSpec ac;
+          ac.row = pc.row;
+          ac.cap_w = pc.cap_w;
+          ac.margin_ppm = *rc::gen::element<Ppm>(0, 100'000, 300'000);
+          ac.band_ppm = *rc::gen::element<Ppm>(0, 100'000);
+          ac.interval = *rc::gen::element<Micros>(Micros{kMicrosPerSecond}, 7 * kMicrosPerSecond, 60 * kMicrosPerSecond);
+          ac.rise_ppm = *rc::gen::element<Ppm>(0, 250'000, 2'000'000);
+          ac.rise_min = *rc::gen::element<Price>(1, kUnit / 4, kUnit);
+          ac.rise_max = ac.rise_min * *rc::gen::element<Price>(1, 4, 20);
+          ac.fall_step = *rc::gen::element<Price>(0, 1, kUnit / 10, kUnit);
+          ac.min_floor = *rc::gen::element<Price>(0, kUnit / 2);
+          ac.max_floor = *rc::gen::element<Price>(Price{kInfPrice}, 8 * kUnit);
+          op.body = OpAddPolicy{ac};
+          break;
+        }
         op.body = OpAddPolicy{pc};
         break;
       }
@@ -838,6 +861,13 @@ void CheckRandomSequence(Profile profile) {
   std::map<uint32_t, Price> decay_bound;             // Node -> P of its latest release (0: none).
   std::map<uint64_t, StaticFloorSpec> static_floors;  // Live static floor policies.
   bool floors_known = true;
+  struct AdaptiveTrack {
+    AdaptivePowerCapSpec spec;
+    Micros added = 0;
+    Price floor = 0;      // At the last check.
+    Micros seen_at = 0;   // Time of the last check.
+  };
+  std::map<uint64_t, AdaptiveTrack> adaptive;  // Live adaptive caps.
   // (node, holder, t) -> p(n) after each call at t; per node, its latest ledger entry.
   std::map<std::tuple<uint32_t, uint32_t, Micros>, std::set<Price>> rates_after_calls;
   std::map<uint32_t, LedgerEntry> last_entry;
@@ -1126,11 +1156,53 @@ void CheckRandomSequence(Profile profile) {
     if (r.status.ok()) {
       if (const auto* ap = std::get_if<OpAddPolicy>(&op.body)) {
         if (const auto* sf = std::get_if<StaticFloorSpec>(&ap->spec)) static_floors[r.created_id] = *sf;
-        if (std::holds_alternative<PowerCapSpec>(ap->spec) || std::holds_alternative<CarbonSpec>(ap->spec)) {
+        if (std::holds_alternative<PowerCapSpec>(ap->spec) || std::holds_alternative<CarbonSpec>(ap->spec) ||
+            std::holds_alternative<AdaptivePowerCapSpec>(ap->spec)) {
           floors_known = false;
+        }
+        if (const auto* ac = std::get_if<AdaptivePowerCapSpec>(&ap->spec)) {
+          adaptive[r.created_id] = AdaptiveTrack{*ac, a.now(), ac->min_floor, a.now()};
+          ++Coverage()["adaptive-cap-added"];
         }
       }
       if (const auto* rp = std::get_if<OpRemovePolicy>(&op.body)) static_floors.erase(rp->policy.value);
+    }
+    // The adaptive controller (docs/MECHANISM.md): its floor stays within
+    // [min_floor, max_floor], and between two calls it falls by at most
+    // fall_step and rises by at most rise_max per control step, the steps
+    // being counted on the grid added + k x interval, independently of the
+    // engine's own schedule.
+    for (auto it = adaptive.begin(); it != adaptive.end();) {
+      AdaptiveTrack& tr = it->second;
+      auto pv = a.GetPolicy(PolicyId(static_cast<uint32_t>(it->first)));
+      if (!pv.ok() || !pv->alive) {
+        it = adaptive.erase(it);
+        continue;
+      }
+      const int64_t steps = (a.now() - tr.added) / tr.spec.interval - (tr.seen_at - tr.added) / tr.spec.interval;
+      const Price floor = pv->floor;
+      if (floor < tr.spec.min_floor || floor > tr.spec.max_floor) {
+        fail("[adaptive] policy " + std::to_string(it->first) + " floor " + std::to_string(floor) + " outside [" +
+             std::to_string(tr.spec.min_floor) + ", " + std::to_string(tr.spec.max_floor) + "]");
+      }
+      if (floor < tr.floor) {
+        ++Coverage()["adaptive-floor-fell"];
+        if (static_cast<__int128>(tr.floor - floor) > static_cast<__int128>(tr.spec.fall_step) * steps) {
+          fail("[adaptive] policy " + std::to_string(it->first) + " floor fell from " + std::to_string(tr.floor) +
+               " to " + std::to_string(floor) + " in " + std::to_string(steps) + " control steps of at most " +
+               std::to_string(tr.spec.fall_step));
+        }
+      } else if (floor > tr.floor) {
+        ++Coverage()["adaptive-floor-rose"];
+        if (static_cast<__int128>(floor - tr.floor) > static_cast<__int128>(tr.spec.rise_max) * steps) {
+          fail("[adaptive] policy " + std::to_string(it->first) + " floor rose from " + std::to_string(tr.floor) +
+               " to " + std::to_string(floor) + " in " + std::to_string(steps) + " control steps of at most " +
+               std::to_string(tr.spec.rise_max));
+        }
+      }
+      tr.floor = floor;
+      tr.seen_at = a.now();
+      ++it;
     }
     if (floors_known) {
       const auto& topo = a.topology();

@@ -753,6 +753,13 @@ std::string Snapshot(const MarketEngine& e, uint64_t order_id_bound) {
     for (OrderId o : t->orders) s << " " << o.value;
     s << "\n";
   }
+  // Policies' own state (the adaptive controller's floor and measurement).
+  for (uint32_t id = 0;; ++id) {
+    auto pv = e.GetPolicy(PolicyId(id));
+    if (!pv.ok()) break;
+    s << "policy " << id << " alive " << pv->alive << " floor " << P(pv->floor) << " staying " << pv->staying_w
+      << " next " << pv->next_step << "\n";
+  }
   auto tot = e.ledger_totals();
   s << "totals deposited " << tot.deposited << " balances " << tot.tenant_balances << " revenue "
     << tot.operator_revenue << " waived " << tot.waived << " entries " << tot.entries << " unsettled "
