@@ -453,13 +453,33 @@ Status Fig8(const ExperimentOptions& o, std::string* report) {
 }
 
 // ---------------------------------------------------------------- fig11
+// The adaptive power cap of fig11 (docs/MECHANISM.md, "Adaptive power caps";
+// docs/EXPERIMENTS.md gives the reasons for each value). `row` and `cap_w`
+// are filled per capped row.
+market::AdaptivePowerCapSpec Fig11Controller() {
+  market::AdaptivePowerCapSpec c;
+  c.margin_ppm = 150'000;  // Target 85% of the cap: one H100 node (10.2 kW) of room under a 73 kW cap.
+  // Hold between 65% and 85% of the cap: the band (14.7 kW quick, 29 kW full)
+  // is wider than the largest node (10.2 kW), the condition under which one
+  // node let in by a fall cannot push the row from below the band above the
+  // target (docs/MECHANISM.md, "Why it does not oscillate forever").
+  c.band_ppm = 200'000;
+  c.interval = 60 * kMicrosPerSecond;  // The market tick: tenants re-price once a minute.
+  c.rise_ppm = 250'000;    // +25% a minute,
+  c.rise_min = 1 * kMicroUnits;   // at least $1/node-hour,
+  c.rise_max = 20 * kMicroUnits;  // at most $20/node-hour a minute.
+  c.fall_step = kMicroUnits;  // Down by at most $1/node-hour a minute ($60/node-hour per hour).
+  c.min_floor = 0;
+  c.max_floor = kInfPrice;
+  return c;
+}
+
 Status Fig11(const ExperimentOptions& o, std::string* report) {
   LZ_ASSIGN_OR_RETURN(Scenario s, LoadScenario(ScenarioDir(o) + "/base.yaml"));
   Size(&s, o.quick);
   s.contention = 1.0;
   // Power per minute over a fixed span, with the money-value tenants whose
-  // bids the floors were written against (the adaptive policy of issue 15
-  // will replace the fixed staircase).
+  // bids the staircase's floors were written against.
   s.drain = false;
   s.utility = Utility::kValue;
   LZ_ASSIGN_OR_RETURN(World w0, BuildWorld(s, o.seed));
@@ -468,72 +488,111 @@ Status Fig11(const ExperimentOptions& o, std::string* report) {
   for (const SimNode& n : w0.nodes)
     if (n.row == 0) row0 += w0.types[static_cast<size_t>(n.type)].power_w;
   const int64_t cap = row0 * 6 / 10;
-  World on = w0;
-  on.power_caps = {RowCap{0, cap}};
-  // Floors rise with the row's committed power (soft steering, no hard cap).
-  on.power_steps = {{500'000, 20 * kMicroUnits}, {800'000, 60 * kMicroUnits}, {950'000, 150 * kMicroUnits}};
-  World off = w0;
-  off.power_caps = {RowCap{0, cap}};  // Measured against the same cap, but no policy in the market.
-  off.power_steps.clear();
+  World stair = w0;
+  stair.power_caps = {RowCap{0, cap}};
+  // The fixed staircase: floors rise with the row's committed power.
+  stair.power_steps = {{500'000, 20 * kMicroUnits}, {800'000, 60 * kMicroUnits}, {950'000, 150 * kMicroUnits}};
+  World adaptive = w0;
+  adaptive.power_caps = {RowCap{0, cap}};
+  adaptive.power_adaptive = Fig11Controller();
+  World off = w0;  // No policy in the market; violations are counted below against the same cap.
+  off.power_caps.clear();
   RunOptions ro;
   ro.sample_power = true;
-  // Without steps the mechanism adds no policy; we still count violations of the cap.
-  World off_market = off;
-  LZ_ASSIGN_OR_RETURN(auto with, RunMechs(on, {"laissez"}, o.log, "fig11 policy", ro));
-  off_market.power_caps.clear();
-  LZ_ASSIGN_OR_RETURN(auto without, RunMechs(off_market, {"laissez", "ondemand"}, o.log, "fig11 no-policy", ro));
+  LZ_ASSIGN_OR_RETURN(auto with, RunMechs(stair, {"laissez"}, o.log, "fig11 staircase", ro));
+  LZ_ASSIGN_OR_RETURN(auto adapt, RunMechs(adaptive, {"laissez"}, o.log, "fig11 adaptive", ro));
+  LZ_ASSIGN_OR_RETURN(auto without, RunMechs(off, {"laissez", "ondemand"}, o.log, "fig11 no-policy", ro));
+  struct Variant {
+    std::string name, label;
+    const RunResult* run;
+  };
+  const std::vector<Variant> variants = {{"laissez-inframap", "LaissezCloud + staircase InfraMap", &with[0]},
+                                         {"laissez-adaptive", "LaissezCloud + adaptive InfraMap", &adapt[0]},
+                                         {"laissez-no-policy", "LaissezCloud, no policy", &without[0]},
+                                         {"ondemand", "on-demand", &without[1]}};
   std::string csv = "time_h,variant,cap_row0_kw";
   for (size_t r = 0; r < w0.rows.size(); ++r) csv += ",row" + std::to_string(r) + "_kw";
-  csv += "\n";
-  std::string d_on, d_off;
-  auto emit = [&](const RunResult& r, const std::string& variant, std::string* data) {
-    for (size_t i = 0; i < r.metrics.sample_times.size(); ++i) {
-      std::string row = Fmt(static_cast<double>(r.metrics.sample_times[i]) / kMicrosPerHour, 4) + "," + variant + "," +
+  csv += ",row0_floor\n";
+  std::map<std::string, std::string> data;  // Plot data per variant: time, row powers, row-0 floor.
+  for (const Variant& v : variants) {
+    const RunMetrics& m = v.run->metrics;
+    for (size_t i = 0; i < m.sample_times.size(); ++i) {
+      std::string row = Fmt(static_cast<double>(m.sample_times[i]) / kMicrosPerHour, 4) + "," + v.name + "," +
                         Fmt(static_cast<double>(cap) / 1000, 1);
-      std::string drow = Fmt(static_cast<double>(r.metrics.sample_times[i]) / kMicrosPerHour, 4);
-      for (int64_t p : r.metrics.row_power[i]) {
+      std::string drow = Fmt(static_cast<double>(m.sample_times[i]) / kMicrosPerHour, 4);
+      for (int64_t p : m.row_power[i]) {
         row += "," + Fmt(static_cast<double>(p) / 1000, 1);
         drow += " " + Fmt(static_cast<double>(p) / 1000, 1);
       }
+      // The row-0 floor in money per node-hour; empty where the mechanism has no market.
+      const bool has_floor = i < m.row_floor.size() && !m.row_floor[i].empty();
+      const double floor = has_floor ? static_cast<double>(m.row_floor[i][0]) / kMicroUnits : 0;
+      row += "," + (has_floor ? Fmt(floor, 2) : std::string());
+      drow += " " + Fmt(floor, 2);
       csv += row + "\n";
-      if (data) *data += drow + "\n";
+      data[v.name] += drow + "\n";
     }
-  };
-  emit(with[0], "laissez-inframap", &d_on);
-  emit(without[0], "laissez-no-policy", &d_off);
-  emit(without[1], "ondemand", nullptr);
+  }
   LZ_RETURN_IF_ERROR(WriteFile(o.out_dir + "/fig11.csv", csv));
-  std::string body = "$on << EOD\n" + d_on + "EOD\n$off << EOD\n" + d_off +
-                     "EOD\nset multiplot layout 2,1 title 'Fig. 11: held power per row; row 0 has a power-cap InfraMap'\n"
-                     "set ylabel 'kW (with InfraMap)'\nset key outside right\n"
-                     "plot $on using 1:2 with lines lw 2 title 'row 0', '' using 1:3 with lines title 'row 1', '' using 1:4 "
-                     "with lines title 'row 2', '' using 1:5 with lines title 'row 3', " + Fmt(static_cast<double>(cap) / 1000, 1) +
-                     " with lines dt 2 lc 'black' title 'row 0 cap'\n"
-                     "set ylabel 'kW (no policy)'\nset xlabel 'time (h)'\n"
-                     "plot $off using 1:2 with lines lw 2 title 'row 0', '' using 1:3 with lines title 'row 1', '' using 1:4 "
-                     "with lines title 'row 2', '' using 1:5 with lines title 'row 3', " + Fmt(static_cast<double>(cap) / 1000, 1) +
-                     " with lines dt 2 lc 'black' title 'row 0 cap'\nunset multiplot";
+  const std::string cap_kw = Fmt(static_cast<double>(cap) / 1000, 1);
+  auto panel = [&](const std::string& block, const std::string& ylabel) {
+    return "set ylabel '" + ylabel + "'\nplot " + block + " using 1:2 with lines lw 2 title 'row 0', '' using 1:3 with lines title 'row 1', "
+           "'' using 1:4 with lines title 'row 2', '' using 1:5 with lines title 'row 3', " + cap_kw +
+           " with lines dt 2 lc 'black' title 'row 0 cap'\n";
+  };
+  const int floor_col = 2 + static_cast<int>(w0.rows.size());
+  std::string body = "$stair << EOD\n" + data["laissez-inframap"] + "EOD\n$adapt << EOD\n" + data["laissez-adaptive"] +
+                     "EOD\n$off << EOD\n" + data["laissez-no-policy"] +
+                     "EOD\nset multiplot layout 4,1 title 'Fig. 11: held power per row; row 0 has a power-cap InfraMap'\n"
+                     "set key outside right\n" + panel("$stair", "kW (staircase)") + panel("$adapt", "kW (adaptive)") +
+                     panel("$off", "kW (no policy)") +
+                     "set ylabel 'row-0 floor ($/node-h)'\nset xlabel 'time (h)'\n"
+                     "plot $stair using 1:" + std::to_string(floor_col) + " with steps title 'staircase', $adapt using 1:" +
+                     std::to_string(floor_col) + " with steps lw 2 title 'adaptive'\nunset multiplot";
   LZ_RETURN_IF_ERROR(Plot(o.out_dir, "fig11", body));
-  auto mean_row0 = [&](const RunResult& r) {
+  // Minutes are counted from the end of the run's first grace period: before
+  // it, no policy can have moved anyone (every reclaim takes a full grace).
+  const Micros settle = w0.market.grace;
+  struct Counts {
+    size_t minutes = 0, over = 0;
+    double mean_kw = 0;
+  };
+  auto count = [&](const RunResult& r) {
+    Counts c;
     double sum = 0;
-    for (const auto& rp : r.metrics.row_power) sum += static_cast<double>(rp[0]);
-    return r.metrics.row_power.empty() ? 0.0 : sum / static_cast<double>(r.metrics.row_power.size()) / 1000;
+    for (size_t i = 0; i < r.metrics.row_power.size(); ++i) {
+      sum += static_cast<double>(r.metrics.row_power[i][0]);
+      if (r.metrics.sample_times[i] < settle) continue;
+      ++c.minutes;
+      c.over += r.metrics.row_power[i][0] > cap;
+    }
+    c.mean_kw = r.metrics.row_power.empty() ? 0.0 : sum / static_cast<double>(r.metrics.row_power.size()) / 1000;
+    return c;
   };
-  auto over = [&](const RunResult& r) {
-    size_t n = 0;
-    for (const auto& rp : r.metrics.row_power) n += rp[0] > cap;
-    return n;
-  };
-  Summary sw = Summarize(with[0]), so = Summarize(without[0]);
+  const Summary none = Summarize(without[0]);
+  std::string table =
+      "| variant | mean row-0 power (kW) | minutes over the cap | share of minutes at or under the cap | mean retention | "
+      "value-weighted retention | retention cost against no policy (value-weighted) |\n|---|---|---|---|---|---|---|\n";
+  for (const Variant& v : variants) {
+    Counts c = count(*v.run);
+    Summary x = Summarize(*v.run);
+    const double share = c.minutes ? 1 - static_cast<double>(c.over) / static_cast<double>(c.minutes) : 1;
+    table += "| " + v.label + " | " + Fmt(c.mean_kw, 1) + " | " + std::to_string(c.over) + " of " +
+             std::to_string(c.minutes) + " | " + Fmt(100 * share, 1) + "% | " + Fmt(x.mean_retention, 3) + " | " +
+             Fmt(x.value_weighted_retention, 3) + " | " +
+             Fmt(none.value_weighted_retention - x.value_weighted_retention, 3) + " |\n";
+  }
+  const market::AdaptivePowerCapSpec ctl = Fig11Controller();
   *report = "Paper: an InfraMaps policy steers load away from a power-constrained row using prices alone.\n\n"
-            "Ours (row 0 capped at " + Fmt(static_cast<double>(cap) / 1000, 1) +
-            " kW, 60% of its full draw; the policy raises the row's floor to $20/$60/$150 per node-hour at 50/80/95% "
-            "of the cap):\n\n| variant | mean row-0 power (kW) | minutes over the cap | mean retention |\n|---|---|---|---|\n"
-            "| LaissezCloud + InfraMap | " + Fmt(mean_row0(with[0]), 1) + " | " + std::to_string(over(with[0])) + " | " +
-            Fmt(sw.mean_retention, 3) + " |\n| LaissezCloud, no policy | " + Fmt(mean_row0(without[0]), 1) + " | " +
-            std::to_string(over(without[0])) + " | " + Fmt(so.mean_retention, 3) + " |\n| on-demand | " +
-            Fmt(mean_row0(without[1]), 1) + " | " + std::to_string(over(without[1])) + " | " +
-            Fmt(Summarize(without[1]).mean_retention, 3) + " |\n";
+            "Ours (row 0 capped at " + cap_kw + " kW, 60% of its full draw; value tenants over a fixed span. The "
+            "staircase raises the row's floor to $20/$60/$150 per node-hour at 50/80/95% of the cap; the adaptive "
+            "policy's controller steps every minute, rises while the row's staying power is above " +
+            Fmt(100.0 - static_cast<double>(ctl.margin_ppm) / 1e4, 0) + "% of the cap (by 25%, at least $1 and at most "
+            "$20 per node-hour a step), holds down to " +
+            Fmt(100.0 - static_cast<double>(ctl.margin_ppm + ctl.band_ppm) / 1e4, 0) +
+            "% or while a reclaim is pending, and falls by at most $1 per node-hour a minute. Minutes are counted "
+            "after the first grace period (" + std::to_string(settle / kMicrosPerSecond) + " s); the retention cost is "
+            "the no-policy run's value-weighted retention minus the variant's):\n\n" + table;
   return Status::Ok();
 }
 

@@ -120,12 +120,21 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     for (const RowCap& rc : world_.power_caps) {
       auto loc = engine_->topology().FindLocation(world_.rows[static_cast<size_t>(rc.row)]);
       if (!loc.ok()) return loc.status();
-      market::PowerCapSpec spec;
-      spec.row = *loc;
-      spec.cap_w = rc.cap_w;
-      spec.steps = world_.power_steps;
-      auto p = engine_->AddPolicy(0, spec);
+      Result<PolicyId> p = PolicyId();
+      if (world_.power_adaptive) {
+        market::AdaptivePowerCapSpec spec = *world_.power_adaptive;
+        spec.row = *loc;
+        spec.cap_w = rc.cap_w;
+        p = engine_->AddPolicy(0, spec);
+      } else {
+        market::PowerCapSpec spec;
+        spec.row = *loc;
+        spec.cap_w = rc.cap_w;
+        spec.steps = world_.power_steps;
+        p = engine_->AddPolicy(0, spec);
+      }
       if (!p.ok()) return p.status();
+      row_policies_.emplace_back(rc.row, *p);
     }
     for (size_t t = 0; t < world_.types.size(); ++t) {
       auto v = engine_->topology().FindVertex(world_.types[t].name);
@@ -340,6 +349,12 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
         prices.push_back(q.ok() ? q->quote : kInfPrice);
       }
       result_.metrics.type_price.push_back(std::move(prices));
+      std::vector<Price> floors(world_.rows.size(), 0);
+      for (auto [row, id] : row_policies_) {
+        auto pv = engine_->GetPolicy(id);
+        if (pv.ok()) floors[static_cast<size_t>(row)] = std::max(floors[static_cast<size_t>(row)], pv->floor);
+      }
+      result_.metrics.row_floor.push_back(std::move(floors));
       std::vector<uint32_t> held(world_.types.size() * 2, 0);
       for (uint32_t n = 0; n < world_.nodes.size(); ++n) {
         int32_t h = holder(n);
@@ -376,6 +391,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   std::vector<int32_t> job_of_tenant_;
   std::vector<uint32_t> active_;
   std::vector<VertexId> type_root_;
+  std::vector<std::pair<int, PolicyId>> row_policies_;  // (row index, its power-cap policy).
   std::vector<market::Event> pending_;
 };
 

@@ -66,6 +66,8 @@ struct RunMetrics {
   std::vector<std::vector<int64_t>> row_power;
   // Per tick: mean price paid per node-hour per type (LaissezCloud; spot/on-demand: list).
   std::vector<std::vector<Price>> type_price;
+  // Per tick: the power-cap floor of each row (LaissezCloud; 0 without a policy).
+  std::vector<std::vector<Price>> row_floor;
   // Per tick: nodes held per type by "low urgency" jobs (fig7), when sampled.
   std::vector<std::vector<uint32_t>> type_held;
 };

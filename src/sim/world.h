@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,9 @@ struct World {
   std::vector<RowCap> power_caps;
   // Power-cap InfraMap steps (utilization ppm, floor) applied to every capped row.
   std::vector<std::pair<Ppm, Price>> power_steps;
+  // When set, every capped row gets this adaptive power cap (its `row` and
+  // `cap_w` are filled from `power_caps`) instead of the staircase.
+  std::optional<market::AdaptivePowerCapSpec> power_adaptive;
   std::vector<Job> jobs;
   Micros horizon = 0;
   // Drained protocol: after `horizon` the inference fleets leave and the run
