@@ -226,6 +226,21 @@ class Driver {
       NodeId n = RandLiveNode();
       if (!n.valid()) return Do(OpAdvance{});
       LocationId row = topo.AncestorAt(topo.node(n).rack, topology::Level::kRow);
+      if (o_.adaptive_caps && P(0.5)) {
+        AdaptivePowerCapSpec a;
+        a.row = row;
+        a.cap_w = static_cast<int64_t>(5'000 + U(30'000));
+        a.margin_ppm = static_cast<Ppm>(U(200'000));
+        a.band_ppm = static_cast<Ppm>(U(200'000));
+        a.interval = static_cast<Micros>(1 + U(90)) * kMicrosPerSecond;
+        a.rise_ppm = static_cast<Ppm>(U(500'000));
+        a.rise_min = static_cast<Price>(1 + U(1'000'000));
+        a.rise_max = a.rise_min * static_cast<Price>(1 + U(10));
+        a.fall_step = static_cast<Price>(U(500'000));
+        a.min_floor = static_cast<Price>(U(2)) * kMicroUnits / 2;
+        a.max_floor = P(0.5) ? kInfPrice : a.min_floor + 6 * kMicroUnits;
+        return Do(OpAddPolicy{a});
+      }
       PowerCapSpec s;
       s.row = row;
       s.cap_w = static_cast<int64_t>(5'000 + U(30'000));

@@ -30,6 +30,9 @@ struct RandomLogOptions {
   // use many operator calls to cover them; a realistic market (the replay
   // benchmark) has few: floors and maintenance change rarely, bids often.
   int operator_permille = 120;
+  // Power caps are adaptive caps (docs/MECHANISM.md) every other time instead
+  // of staircases. Off by default, so existing seeds give the logs they gave.
+  bool adaptive_caps = false;
   int bad_permille = 20;
 };
 
