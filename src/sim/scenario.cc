@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "common/money.h"
@@ -278,6 +279,50 @@ Result<Scenario> ParseScenario(std::string_view yaml_text) {
           s.power_caps.push_back(rc);
         }
       }
+      if (const YAML::Node& pa = c["power_adaptive"]) {
+        // Fractions as decimals, money per node-hour, interval as a duration;
+        // no max_floor means none. Checked by the engine's own validation.
+        const std::string f = "cluster.power_adaptive.";
+        if (!pa.IsMap()) return Bad("cluster.power_adaptive", "must be a map");
+        for (auto it = pa.begin(); it != pa.end(); ++it) {
+          static const std::set<std::string> kKeys = {"margin", "band", "interval", "rise", "rise_min",
+                                                      "rise_max", "fall", "min_floor", "max_floor"};
+          if (!kKeys.count(it->first.as<std::string>())) return Bad(f + it->first.as<std::string>(), "unknown field");
+        }
+        auto need = [&](const char* k) -> Result<YAML::Node> {
+          if (!pa[k]) return Bad(f + k, "is required");
+          return pa[k];
+        };
+        auto ppm = [&](const char* k) -> Result<Ppm> {
+          LZ_ASSIGN_OR_RETURN(YAML::Node n, need(k));
+          LZ_ASSIGN_OR_RETURN(double v, NonNeg(n, f + k));
+          if (v > 100) return Bad(f + k, "must be at most 100");
+          return static_cast<Ppm>(std::llround(v * kPpm));
+        };
+        auto money = [&](const char* k) -> Result<Price> {
+          LZ_ASSIGN_OR_RETURN(YAML::Node n, need(k));
+          return MoneyOf(n, f + k);
+        };
+        market::AdaptivePowerCapSpec a;
+        a.cap_w = 1;  // Per row, from power_caps.
+        LZ_ASSIGN_OR_RETURN(a.margin_ppm, ppm("margin"));
+        LZ_ASSIGN_OR_RETURN(a.band_ppm, ppm("band"));
+        LZ_ASSIGN_OR_RETURN(a.rise_ppm, ppm("rise"));
+        LZ_ASSIGN_OR_RETURN(a.rise_min, money("rise_min"));
+        LZ_ASSIGN_OR_RETURN(a.rise_max, money("rise_max"));
+        LZ_ASSIGN_OR_RETURN(a.fall_step, money("fall"));
+        if (pa["interval"]) {
+          LZ_ASSIGN_OR_RETURN(a.interval, Dur(pa["interval"], f + "interval"));
+        }
+        if (pa["min_floor"]) {
+          LZ_ASSIGN_OR_RETURN(a.min_floor, MoneyOf(pa["min_floor"], f + "min_floor"));
+        }
+        if (pa["max_floor"]) {
+          LZ_ASSIGN_OR_RETURN(a.max_floor, MoneyOf(pa["max_floor"], f + "max_floor"));
+        }
+        if (Status st = market::ValidateAdaptivePowerCap(a); !st.ok()) return Bad("cluster.power_adaptive", st.message());
+        s.power_adaptive = a;
+      }
       if (const YAML::Node& ps = c["power_steps"]) {
         for (size_t i = 0; i < ps.size(); ++i) {
           std::string f = "cluster.power_steps[" + std::to_string(i) + "]";
@@ -378,6 +423,7 @@ Result<World> BuildWorld(const Scenario& s, uint64_t seed) {
   w.migration_aware = s.migration_aware;
   w.power_caps = s.power_caps;
   w.power_steps = s.power_steps;
+  w.power_adaptive = s.power_adaptive;
   Rng rng(seed * 0x9E3779B97F4A7C15ULL + 12345);
 
   // Cluster: node counts per type by largest remainder, then spread round-robin

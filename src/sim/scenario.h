@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ struct Scenario {
   std::vector<HwType> types;
   std::vector<RowCap> power_caps;
   std::vector<std::pair<Ppm, Price>> power_steps;
+  // `cluster.power_adaptive`: the capped rows get this adaptive cap instead of
+  // the staircase (row and cap_w come from `power_caps`).
+  std::optional<market::AdaptivePowerCapSpec> power_adaptive;
   std::vector<WorkloadSpec> workloads;
 };
 

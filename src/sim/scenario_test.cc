@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 namespace laissez::sim {
 namespace {
 
@@ -118,6 +121,47 @@ TEST(ScenarioTest, TraceShapeIsNormalizedPerMinute) {
   }
   EXPECT_DOUBLE_EQ(mx, 1.0);
   EXPECT_FALSE(LoadTraceShape("/nonexistent/trace.csv").ok());
+}
+
+TEST(ScenarioTest, AdaptivePowerCapIsReadIntoTheWorld) {
+  auto base = LoadScenario(kBase);
+  ASSERT_TRUE(base.ok());
+  std::ifstream in(kBase);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string cluster = "cluster:\n";
+  auto with = [&](const std::string& extra) {
+    std::string t = text;
+    size_t at = t.find(cluster);
+    EXPECT_NE(at, std::string::npos);
+    t.insert(at + cluster.size(), extra);
+    return ParseScenario(t);
+  };
+  auto s = with("  power_caps: [{row: 0, cap_w: 50000}]\n"
+                "  power_adaptive: {margin: 0.15, band: 0.2, interval: 30s, rise: 0.25, rise_min: 1, rise_max: 20, "
+                "fall: 0.5}\n");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(s->power_adaptive.has_value());
+  EXPECT_EQ(s->power_adaptive->margin_ppm, 150'000);
+  EXPECT_EQ(s->power_adaptive->band_ppm, 200'000);
+  EXPECT_EQ(s->power_adaptive->interval, 30 * kMicrosPerSecond);
+  EXPECT_EQ(s->power_adaptive->rise_max, 20 * kMicroUnits);
+  EXPECT_EQ(s->power_adaptive->fall_step, kMicroUnits / 2);
+  EXPECT_EQ(s->power_adaptive->max_floor, kInfPrice);
+  auto w = BuildWorld(*s, 1);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->power_adaptive.has_value());
+  EXPECT_EQ(*w->power_adaptive, *s->power_adaptive);
+
+  auto missing = with("  power_adaptive: {margin: 0.15, band: 0.2, rise: 0.25, rise_min: 1, rise_max: 20}\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("cluster.power_adaptive.fall"), std::string::npos)
+      << missing.status().ToString();
+  auto bad = with("  power_adaptive: {margin: 0.15, band: 0.2, rise: 0.25, rise_min: 0, rise_max: 20, fall: 1}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rise_min"), std::string::npos) << bad.status().ToString();
+  auto typo = with("  power_adaptive: {margn: 0.15}\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("margn"), std::string::npos);
 }
 
 }  // namespace
