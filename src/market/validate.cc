@@ -67,6 +67,12 @@ struct PolicyValidator {
     if (s.end <= s.start) return InvalidArgument("end: must be after start" + Got(s.end));
     return Status::Ok();
   }
+  Status operator()(const AdaptivePowerCapSpec& s) {
+    if (!s.row.valid()) return InvalidArgument("row: required");
+    if (s.cap_w >= kInfPrice) return InvalidArgument("cap_w: must be finite" + Got(s.cap_w));
+    // The controller's parameter ranges (types.h), which AddPolicy checks too.
+    return ValidateAdaptivePowerCap(s);
+  }
 };
 
 struct Dispatch {
