@@ -5,6 +5,7 @@
 #include <map>
 
 #include "market/operation.h"
+#include "market/validate.h"
 
 namespace laissez::market {
 namespace {
@@ -510,6 +511,17 @@ TEST_F(AdaptiveCapTest, BadParametersAreRejectedNamingTheField) {
   bad = s; bad.min_floor = kInfPrice; check(bad, "min_floor");
   bad = s; bad.min_floor = kUnit; bad.max_floor = kUnit - 1; check(bad, "max_floor");
   EXPECT_TRUE(engine_->AddPolicy(engine_->now(), s).ok());
+  // The shared check of the request path and replay (ValidateOperation, run
+  // by Apply) refuses the same parameters before the engine sees them.
+  bad = s;
+  bad.fall_step = -1;
+  EXPECT_EQ(ValidateOperation(Operation{engine_->now(), OpAddPolicy{bad}}).message().rfind("fall_step:", 0), 0u);
+  bad = s;
+  bad.row = LocationId();
+  EXPECT_EQ(ValidateOperation(Operation{engine_->now(), OpAddPolicy{bad}}).message().rfind("row:", 0), 0u);
+  EXPECT_TRUE(ValidateOperation(Operation{engine_->now(), OpAddPolicy{s}}).ok());
+  ApplyResult applied = Apply(*engine_, Operation{engine_->now(), OpAddPolicy{bad}});
+  EXPECT_EQ(applied.status.code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
