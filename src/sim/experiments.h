@@ -25,7 +25,8 @@ struct ExperimentOptions {
   std::function<void(const std::string&)> log;  // Progress lines (stderr).
 };
 
-// fig6 fig7 fig8 fig11 fig13 fig14 fig15 azure-llm scale.
+// fig6 fig7 fig8 fig11 fig13 fig14 fig15 azure-llm robustness heldout scale; `all`
+// runs every one but heldout (held-out scenarios run only when named).
 std::vector<std::string> ExperimentNames();
 // Runs one experiment or "all"; updates report.md in the output directory.
 Status RunExperiment(const std::string& name, const ExperimentOptions& options);
