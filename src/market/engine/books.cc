@@ -1,0 +1,221 @@
+// Order books and the per-type segment tree: the index that finds the node with the lowest
+// obtain price below a vertex, re-keying nodes, candidate orders, and the per-vertex books
+// (insert, erase, reprice, competing-demand summaries).
+// Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
+#include "market/engine/engine_impl.h"
+
+namespace laissez::market {
+
+// ---------------------------------------------------------------- index
+
+void MarketEngine::Impl::EnsureIndex() {
+  if (index_generation_ == topo_.generation() && index_.size() == topo_.type_count()) return;
+  index_generation_ = topo_.generation();
+  if (options_.price_events) {
+    for (uint32_t v = 0; v < topo_.vertex_count(); ++v) TouchVertex(VertexId(v));
+  }
+  // No compaction here: callers up the stack hold references into nodes_
+  // and the topology while a rebuild can happen (a dangling NodeState& was
+  // found by the split-advance property test).
+  index_.assign(topo_.type_count(), {});
+  for (size_t t = 0; t < topo_.type_count(); ++t) {
+    auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
+    TypeIndex& ix = index_[t];
+    ix.size = 1;
+    while (ix.size < order.size()) ix.size <<= 1;
+    ix.tree.assign(2 * ix.size, UINT32_MAX);
+    ix.key.assign(order.size(), 0);
+    ix.leaf_node.assign(order.begin(), order.end());
+    for (uint32_t i = 0; i < order.size(); ++i) {
+      ix.key[i] = KeyOf(order[i]);
+      ix.tree[ix.size + i] = i;
+    }
+    for (uint32_t i = ix.size - 1; i >= 1; --i) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+  }
+}
+
+// Re-keys node n in its type's tree; marks candidates if its obtain price fell.
+void MarketEngine::Impl::RefreshNode(NodeId n) {
+  if (index_generation_ != topo_.generation()) {
+    // The index is rebuilt lazily with fresh keys; the change must still wake
+    // orders and mark vertices, whether or not a query rebuilt it meanwhile.
+    AddCandidatesAbove(n, Obtain(n));
+    if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
+    return;
+  }
+  TypeIndex& ix = index_[topo_.node(n).type.value];
+  uint32_t leaf = topo_.LeafIndex(n);
+  if (leaf == UINT32_MAX) return;
+  unsigned __int128 k = KeyOf(n);
+  Price now_obtain = static_cast<Price>(k >> 64);
+  if (k == ix.key[leaf]) {
+    AddCandidatesAbove(n, now_obtain);
+    return;
+  }
+  ix.key[leaf] = k;
+  for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) {
+    uint32_t was = ix.tree[i];
+    uint32_t now_best = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+    ix.tree[i] = now_best;
+    // Above here nothing changes: the same other leaf still wins with the same key.
+    if (now_best == was && now_best != leaf) break;
+  }
+  // Any order now reaching n may cross: its price fell, or its holder changed
+  // (the old holder's orders become eligible for it).
+  AddCandidatesAbove(n, now_obtain);
+  if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
+}
+
+// Orders at the ancestors of n whose price reaches `price` may now cross.
+void MarketEngine::Impl::AddCandidatesAbove(NodeId n, Price price) {
+  if (price == kInfPrice) return;
+  for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+    if (books_.top(v.value) < price) continue;
+    for (const BookEntry& e : books_[v.value]) {
+      if (e.price < price) break;
+      candidates_.emplace(-e.price, e.seq, e.slot);
+    }
+  }
+}
+
+// The best eligible node for order o (free only if `free_only`), excluding `exclude`.
+NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude) {
+  if (!o.eff_scope.valid()) return NodeId();
+  EnsureIndex();
+  const TypeIndex& ix = index_[o.type.value];
+  auto [lo, hi] = topo_.Range(o.eff_scope);
+  auto skip = [&](uint32_t leaf) {
+    NodeId n = ix.leaf_node[leaf];
+    const NodeState& s = nodes_[n.value];
+    if (s.holder == o.tenant) return true;
+    if (free_only && (s.holder.valid() || s.order_slot != UINT32_MAX)) return true;
+    if (exclude && std::find(exclude->begin(), exclude->end(), n) != exclude->end()) return true;
+    return false;
+  };
+  uint32_t leaf = FindBest(ix, lo, hi, skip);
+  if (leaf == UINT32_MAX || ix.obtain(leaf) == kInfPrice) return NodeId();
+  return ix.leaf_node[leaf];
+}
+
+// ---------------------------------------------------------------- books
+
+std::vector<BookEntry>::iterator MarketEngine::Impl::FindEntry(std::vector<BookEntry>& b, const Order& o) {
+  BookEntry key{o.effective, o.seq, 0, 0, 0};
+  auto it = std::lower_bound(b.begin(), b.end(), key, BookLess);
+  while (it != b.end() && it->price == o.effective && it->seq == o.seq) {
+    if (it->slot == SlotOf(o)) return it;
+    ++it;
+  }
+  LZ_CHECK(false && "book entry missing");
+  return b.end();
+}
+
+MarketEngine::Impl::Summary MarketEngine::Impl::Summarize(const std::vector<BookEntry>& b) const {
+  Summary s;
+  for (const BookEntry& e : b) {
+    if (e.flags) continue;
+    if (s.t1 == UINT32_MAX) {
+      s.p1 = e.price;
+      s.t1 = e.tenant;
+    } else if (e.tenant != s.t1) {
+      s.p2 = e.price;
+      break;
+    }
+  }
+  return s;
+}
+
+void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
+  LZ_CHECK(!o.in_book);
+  o.book_flags = flags;
+  if (!o.eff_scope.valid()) {
+    unmatchable_.push_back(SlotOf(o));
+    o.in_book = true;
+    return;
+  }
+  Summary before = Summarize(books_[o.eff_scope.value]);
+  EntryInsert(o);
+  o.in_book = true;
+  AfterBookChange(o.eff_scope, before);
+  candidates_.emplace(-o.effective, o.seq, SlotOf(o));
+}
+
+// Raw edits of the entry of an order whose effective scope is valid; the
+// callers refresh the rates the book's summary feeds (AfterBookChange).
+void MarketEngine::Impl::EntryInsert(const Order& o) {
+  auto& b = books_.Mutable(o.eff_scope.value);
+  BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, o.book_flags};
+  b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+  books_.Retop(o.eff_scope.value);
+}
+
+void MarketEngine::Impl::BookErase(Order& o) {
+  if (!o.in_book) return;
+  o.in_book = false;
+  if (!o.eff_scope.valid()) {
+    auto it = std::find(unmatchable_.begin(), unmatchable_.end(), SlotOf(o));
+    if (it != unmatchable_.end()) unmatchable_.erase(it);
+    return;
+  }
+  Summary before = Summarize(books_[o.eff_scope.value]);
+  EntryErase(o);
+  AfterBookChange(o.eff_scope, before);
+}
+
+// Changes an order's effective price and/or seq while it sits in the book.
+// One rate refresh for the move: refreshing after the erase and again after
+// the insert would settle every holding below whose c(n) the order sets and
+// open a new ledger interval at the same rate (p(n) changed and changed back).
+void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
+  if (!o.in_book) {
+    o.effective = effective;
+    o.seq = seq;
+    return;
+  }
+  if (!o.eff_scope.valid()) {  // Waiting for a node in its locality: re-queued at the back.
+    uint8_t flags = o.book_flags;
+    BookErase(o);
+    o.effective = effective;
+    o.seq = seq;
+    BookInsert(o, flags);
+    return;
+  }
+  Summary before = Summarize(books_[o.eff_scope.value]);
+  EntryErase(o);
+  o.effective = effective;
+  o.seq = seq;
+  EntryInsert(o);
+  AfterBookChange(o.eff_scope, before);
+  candidates_.emplace(-o.effective, o.seq, SlotOf(o));
+}
+
+void MarketEngine::Impl::AfterBookChange(VertexId v, const Summary& before) {
+  if (options_.price_events) TouchVertex(v);
+  if (Summarize(books_[v.value]) == before) return;
+  // c(n) may have changed for held nodes below v: refresh their rates.
+  EnsureIndex();
+  const TypeIndex& ix = index_[V(v).type.value];
+  auto [lo, hi] = topo_.Range(v);
+  for (uint32_t i = lo; i < hi; ++i) {
+    NodeId n = ix.leaf_node[i];
+    if (nodes_[n.value].holder.valid()) UpdateRate(n);
+  }
+}
+
+// c(n): max of q(n) and resting single-node orders eligible for n (not the holder's).
+Price MarketEngine::Impl::Competing(NodeId n) const {
+  const NodeState& s = nodes_[n.value];
+  Price c = ChallengerPrice(s);
+  for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+    if (books_.top(v.value) <= c) continue;
+    for (const BookEntry& e : books_[v.value]) {
+      if (e.price <= c) break;
+      if (e.flags || e.tenant == s.holder.value) continue;
+      c = e.price;
+      break;
+    }
+  }
+  return c;
+}
+
+}  // namespace laissez::market

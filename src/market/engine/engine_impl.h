@@ -1,0 +1,644 @@
+// MarketEngine::Impl: the engine's state and the declarations of its member functions.
+// Internal to src/market: only the engine's own .cc files include it. The definitions
+// live by concern in the .cc files beside this header (docs/ARCHITECTURE.md, "Engine
+// source map"); small hot helpers stay inline here.
+//
+// Invariants (checked by tests/property after every operation):
+// - A node has at most one holder; a reserved node has none.
+// - After every public call the book is not crossed: no resting single-node
+//   order reaches the obtain price of a node it is eligible for, and no resting
+//   gang outside its cooldown can obtain its k nodes.
+// - After every public call a holding's rate p(n) = min(r(n), max(c(n), f(n)))
+//   is current, and its charge since `acc_since` is settled exactly whenever
+//   p(n) changes (re-derived once per instant, see ApplyRates).
+// - Sum of balances + operator revenue == deposits; balances never go negative.
+//
+// Structure. Per hardware type, nodes are laid out in the topology's leaf order
+// so that every vertex is a contiguous range, and a segment tree over that order
+// finds the node with the lowest obtain price below any vertex in O(log n).
+// Orders rest in per-vertex books sorted by (effective price desc, seq asc); an
+// order constrained by locality rests at the deeper of its scope and the
+// anchor's location, which is exactly the set of nodes it is eligible for.
+// Matching is incremental: only "candidate" orders (new, raised, re-rested, or
+// under a node whose obtain price fell) can cross, and they are examined in
+// priority order. Timed work (deadlines, hold expiries, clip steps, floor
+// schedules, exhaustion, gang cooldowns) sits in one ordered schedule.
+#pragma once
+
+#include "market/market_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "market/operation.h"
+
+namespace laissez::market {
+namespace engine_internal {
+
+using topology::Topology;
+
+inline constexpr __int128 kH = kMicrosPerHour;  // Charges: price (per hour) x micros / kH.
+
+inline Price AddTick(Price p, Price tick) { return SatAdd(p, tick); }
+
+// ceil(price * grace / 1h): what one node at `price` costs for one grace period.
+inline Money GraceCost(Price price, Micros grace) {
+  if (price <= 0 || grace <= 0) return 0;
+  if (price < (int64_t{1} << 31) && grace < (int64_t{1} << 31)) {
+    return (price * grace + kMicrosPerHour - 1) / kMicrosPerHour;  // Fits in 64 bits.
+  }
+  __int128 v = (static_cast<__int128>(price) * grace + kH - 1) / kH;
+  return v >= kInfPrice ? kInfPrice : static_cast<Money>(v);
+}
+
+inline std::string Num(uint64_t v) { return std::to_string(v); }
+
+enum SchedKind : uint8_t {
+  kSchedDeadline = 0,    // id: node
+  kSchedHoldExpiry = 1,  // id: node
+  kSchedClip = 2,        // id: order
+  kSchedPolicy = 3,      // id: policy
+  kSchedExhaust = 4,     // id: tenant
+  kSchedCooldown = 5,    // id: order
+  kSchedDecay = 6,       // id: node
+  kSchedPower = 7,       // id: 0; power-cap floors follow committed power one microsecond later.
+};
+
+struct SchedKey {
+  Micros time;
+  uint8_t kind;
+  uint64_t id;
+  bool operator<(const SchedKey& o) const { return std::tie(time, kind, id) < std::tie(o.time, o.kind, o.id); }
+};
+
+enum BookFlag : uint8_t { kFlagGang = 1, kFlagPending = 2 };
+
+struct BookEntry {
+  Price price;  // Effective price.
+  uint64_t seq;
+  uint32_t slot;
+  uint32_t tenant;
+  uint8_t flags;
+};
+// Sorted: price desc, seq asc.
+inline bool BookLess(const BookEntry& a, const BookEntry& b) {
+  return a.price != b.price ? a.price > b.price : a.seq < b.seq;
+}
+
+// Per-vertex books, allocated only for vertices that ever had an order: most
+// vertices are leaves that never do, and an empty std::vector is 24 bytes.
+class BookTable {
+ public:
+  void Resize(size_t vertices) { index_.resize(vertices, kNone); }
+  size_t size() const { return index_.size(); }
+  const std::vector<BookEntry>& operator[](uint32_t v) const {
+    uint32_t i = index_[v];
+    return i == kNone ? kEmpty : pool_[i];
+  }
+  // The highest price of any entry at v, -1 if none: lets walks over a node's
+  // ancestors skip books without touching them.
+  Price top(uint32_t v) const { return v < top_.size() ? top_[v] : -1; }
+  // A reference valid until the next Mutable call; call Retop(v) after changing it.
+  std::vector<BookEntry>& Mutable(uint32_t v) {
+    if (index_[v] == kNone) {
+      index_[v] = static_cast<uint32_t>(pool_.size());
+      pool_.emplace_back();
+    }
+    return pool_[index_[v]];
+  }
+  void Retop(uint32_t v) {
+    if (top_.size() < index_.size()) top_.resize(index_.size(), -1);
+    const auto& b = (*this)[v];
+    top_[v] = b.empty() ? -1 : b.front().price;
+  }
+  size_t total_entries() const {
+    size_t n = 0;
+    for (const auto& b : pool_) n += b.size();
+    return n;
+  }
+  void ShrinkToFit() {
+    index_.shrink_to_fit();
+    top_.resize(index_.size(), -1);
+    top_.shrink_to_fit();
+  }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static inline const std::vector<BookEntry> kEmpty{};
+  std::vector<uint32_t> index_;
+  std::vector<Price> top_;
+  std::vector<std::vector<BookEntry>> pool_;
+};
+
+// Fields are ordered so that the 4-byte and 1-byte ones pack without padding.
+struct NodeState {
+  TenantId holder;
+  uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
+  Price limit = 0;
+  Micros held_since = 0;
+  // Contest.
+  Micros deadline = 0;
+  Price notice_price = 0;            // The price the holder's latest notice stated.
+  uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
+  uint32_t tenant_pos = 0;           // Index in the holder's node list.
+  // Floors.
+  Price base_floor = 0;    // Max of policy floors.
+  // Charging.
+  Price rate = 0;
+  // The rate of the holding's latest interval of positive length: what it
+  // paid, as opposed to a rate that took effect this instant (decay's P).
+  Price paid_rate = 0;
+  Micros acc_since = 0;
+  uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
+  bool contested = false;
+  uint8_t reasons = 0;
+  bool alive = true;
+  bool hold_scheduled = false;
+  bool decaying = false;  // Has an entry in decay_state_ (rare: kept out of the hot struct).
+  bool in_maint = false;  // Has an entry in maint_state_.
+};
+
+struct Order {
+  OrderId id;
+  TenantId tenant;
+  OrderSpec spec;
+  TypeId type;
+  VertexId eff_scope;      // Invalid: no node satisfies the order (yet).
+  LocationId locality_loc; // The anchor's location at the locality level (invalid: none).
+  Price requested = 0;
+  Price effective = 0;
+  Price clip_step = 0;
+  Micros next_clip = kNever;
+  uint64_t seq = 0;
+  OrderState state = OrderState::kResting;
+  uint32_t filled = 0;
+  Micros cooldown_until = 0;
+  bool in_book = false;     // Has a BookEntry at eff_scope.
+  uint8_t book_flags = 0;
+  std::vector<NodeId> claims;  // Pending: contested or reserved nodes.
+  bool alive = true;
+  bool is_gang() const { return spec.count > 1; }
+  uint32_t remaining() const { return spec.count - filled; }
+};
+
+struct Tenant {
+  std::string name;
+  Money balance = 0;
+  Price max_rate = kInfPrice;
+  Money deposited = 0;
+  Money paid = 0, waived = 0;
+  std::vector<NodeId> nodes;
+  std::set<uint64_t> orders;  // Open order ids.
+  // Committed rate and its grace cost.
+  Price committed = 0;      // Sum limits + price x remaining (requested prices).
+  Money committed_need = 0; // Per-item grace costs of the same.
+  Money need = 0;           // Sum over held nodes of GraceCost(r).
+  // Accrual aggregates: A(t) = carry_sum + rate_sum * t - rate_time_sum.
+  __int128 carry_sum = 0;
+  __int128 rate_sum = 0;
+  __int128 rate_time_sum = 0;
+  bool exhausted = false;
+  Micros exhaust_sched = kNever;
+};
+
+struct Policy {
+  PolicySpec spec;
+  bool alive = true;
+  Micros maint_start = 0;  // Effective maintenance start.
+  Price power_floor = 0;   // Current floor of a power-cap policy or an adaptive cap's controller.
+  int64_t staying_w = 0;   // Adaptive cap: staying power measured at the last control step.
+  Micros next_step = kNever;  // Adaptive cap: the next control step.
+  Micros sched = kNever;
+};
+
+}  // namespace engine_internal
+
+// The engine's internal types are used unqualified, as they were when they sat in one file.
+using namespace engine_internal;
+
+class MarketEngine::Impl {
+ public:
+  Impl(MarketParams p, EngineOptions o) : params_(p), options_(o) {}
+
+  // ---------------------------------------------------------------- state
+  MarketParams params_;
+  EngineOptions options_;
+  EventSink* sink_ = nullptr;
+  OperationObserver observer_;
+  // Reports a call to the observer (if any) and passes its result through.
+  template <typename R>
+  R Observed(Micros t, std::optional<OpBody>& body, R result) {
+    if (observer_ && body) {
+      uint64_t id = UINT64_MAX;
+      if constexpr (!std::is_same_v<R, Status>) {
+        if (result.ok()) id = static_cast<uint64_t>(result->value);
+      }
+      observer_(Operation{t, std::move(*body)}, id);
+    }
+    return result;
+  }
+  Topology topo_;
+  Micros now_ = 0;
+  uint64_t next_seq_ = 1;
+  uint64_t next_order_id_ = 0;
+
+  std::vector<NodeState> nodes_;
+  std::vector<Order> orders_;           // Slots.
+  std::vector<uint32_t> free_slots_;
+  std::unordered_map<uint64_t, uint32_t> order_slot_;  // Live orders.
+  BookTable books_;  // Per vertex.
+  std::vector<Tenant> tenants_;
+  std::unordered_map<std::string, TenantId> tenant_by_name_;
+  std::vector<Policy> policies_;
+  std::unordered_multimap<uint32_t, uint32_t> rel_to_orders_;  // node -> order slot.
+  std::vector<uint32_t> unmatchable_;  // Slots of orders with no eligible node ever (not in a book).
+
+  std::set<SchedKey> sched_;
+  std::vector<LedgerEntry> ledger_;
+  LedgerTotals totals_;
+  std::vector<Event> events_;
+
+  // Per-type index.
+  struct TypeIndex {
+    uint32_t size = 1;
+    std::vector<uint32_t> tree;     // Leaf index of the subtree minimum; UINT32_MAX if empty.
+    // Per leaf: obtain << 64 | held << 63 | floor, so one compare orders by
+    // (obtain, free first, floor); node id breaks the remaining ties.
+    std::vector<unsigned __int128> key;
+    std::vector<NodeId> leaf_node;  // Per leaf.
+    Price obtain(uint32_t leaf) const { return static_cast<Price>(key[leaf] >> 64); }
+  };
+  unsigned __int128 KeyOf(NodeId n) const {
+    unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(Obtain(n))) << 64;
+    if (nodes_[n.value].holder.valid()) k |= static_cast<unsigned __int128>(1) << 63;
+    return k | static_cast<uint64_t>(Floor(n));
+  }
+  std::vector<TypeIndex> index_;
+  uint64_t index_generation_ = UINT64_MAX;
+
+  // Work lists of the current instant.
+  std::set<std::tuple<Price, uint64_t, uint32_t>> candidates_;  // (-price, seq, slot).
+  std::vector<uint32_t> dirty_nodes_;
+  std::vector<uint8_t> node_dirty_flag_;
+  std::vector<uint32_t> gangs_to_check_;
+  bool power_dirty_ = false;
+  Micros power_sched_ = kNever;
+  // Committed power changed: power-cap floors are re-evaluated one microsecond
+  // later (a scheduled event), never inside the instant whose allocations
+  // changed it, so a floor that reacts to what it prices cannot loop.
+  void MarkPowerDirty() {
+    power_dirty_ = true;
+    if (power_sched_ != kNever || !has_power_policy_) return;
+    power_sched_ = SatAdd(now_, 1);
+    ScheduleAdd(power_sched_, kSchedPower, 0);
+  }
+  bool has_power_policy_ = false;
+  std::vector<Price> last_quote_;  // For price events.
+  std::vector<uint8_t> vertex_touched_;
+  std::vector<uint32_t> touched_vertices_;
+  std::vector<VertexId> anc_scratch_;
+  std::vector<uint32_t> decaying_;  // Nodes with a decay_state_ entry.
+  // Rare per-node state, kept out of NodeState to keep it small.
+  std::unordered_map<uint32_t, std::pair<Price, Micros>> decay_state_;  // (P paid at release, release time).
+  std::unordered_map<uint32_t, Micros> maint_state_;  // Start of a maintenance whose notice phase began.
+  int same_time_passes_ = 0;
+  std::vector<uint32_t> exhaust_scratch_, gang_scratch_;  // Reused buffers (no allocation per call).
+
+  // ---------------------------------------------------------------- helpers
+  const topology::Vertex& V(VertexId v) const { return topo_.vertex(v); }
+
+  Micros MaintAt(NodeId n) const {
+    return nodes_[n.value].in_maint ? maint_state_.at(n.value) : kNever;
+  }
+  void SetMaintAt(NodeId n, Micros at) {
+    NodeState& s = nodes_[n.value];
+    s.in_maint = at != kNever;
+    if (s.in_maint) maint_state_[n.value] = at;
+    else maint_state_.erase(n.value);
+  }
+  void StopDecay(NodeId n) {
+    NodeState& s = nodes_[n.value];
+    if (s.decaying) decay_state_.erase(n.value);
+    s.decaying = false;
+  }
+  void StartDecay(NodeId n, Price paid) {
+    decay_state_[n.value] = {paid, now_};
+    nodes_[n.value].decaying = true;
+  }
+
+  Price EffFloor(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    Price f = s.base_floor;
+    if (s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX && params_.decay_beta > 0) {
+      auto [paid, released_at] = decay_state_.at(n.value);
+      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - released_at) / kMicrosPerSecond;
+      __int128 d = static_cast<__int128>(paid) - dec;
+      if (d > f) f = static_cast<Price>(d);
+    }
+    return f;
+  }
+
+  // The holder-side floor (decay applies only to free nodes).
+  Price Floor(NodeId n) const { return EffFloor(n); }
+
+  Price ChallengerPrice(const NodeState& s) const {
+    return s.challenger == UINT32_MAX ? 0 : orders_[s.challenger].effective;
+  }
+
+  // max(f, r(1+h)) + tick: what a challenger must reach, ignoring a pending one.
+  Price HolderBar(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    Price r = s.limit;
+    Price rh = SatAdd(r, MulPpmCeil(r, params_.hysteresis_ppm));
+    return AddTick(std::max(Floor(n), rh), params_.tick);
+  }
+
+  // Obtain price for a tenant order (rule "Obtain price"); kInfPrice if not obtainable.
+  Price Obtain(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    if (!s.alive || s.order_slot != UINT32_MAX) return kInfPrice;
+    if (!s.holder.valid()) return EffFloor(n);
+    if (params_.min_hold > 0 && now_ < s.held_since + params_.min_hold) return kInfPrice;
+    Price bar = HolderBar(n);
+    if (s.challenger != UINT32_MAX) bar = std::max(bar, AddTick(ChallengerPrice(s), params_.tick));
+    return bar;
+  }
+
+  bool IsEligibleNode(const Order& o, NodeId n) const {
+    if (!o.eff_scope.valid()) return false;
+    const NodeState& s = nodes_[n.value];
+    if (!s.alive || s.holder == o.tenant) return false;
+    return topo_.VertexContains(o.eff_scope, topo_.node(n).leaf);
+  }
+
+  void Emit(Event e) {
+    e.time = now_;
+    events_.push_back(e);
+  }
+
+  // In instant.cc:
+  void Flush();
+
+  // ---------------------------------------------------------------- index (books.cc)
+  void EnsureIndex();
+
+  // Tie-break (docs/MECHANISM.md): lower obtain, then free before held, then lower floor, then lower id.
+  bool LeafLess(const TypeIndex& ix, uint32_t a, uint32_t b) const {
+    if (ix.key[a] != ix.key[b]) return ix.key[a] < ix.key[b];
+    return ix.leaf_node[a].value < ix.leaf_node[b].value;
+  }
+  uint32_t Better(const TypeIndex& ix, uint32_t a, uint32_t b) const {
+    if (a == UINT32_MAX) return b;
+    if (b == UINT32_MAX) return a;
+    return LeafLess(ix, a, b) ? a : b;
+  }
+
+  void RefreshNode(NodeId n);
+  void AddCandidatesAbove(NodeId n, Price price);
+
+  // Best leaf in [lo, hi) of type t by LeafLess, skipping leaves that `skip` rejects.
+  template <typename Skip>
+  uint32_t FindBest(const TypeIndex& ix, uint32_t lo, uint32_t hi, Skip&& skip) const {
+    uint32_t best = UINT32_MAX;
+    FindRec(ix, 1, 0, ix.size, lo, hi, skip, &best);
+    return best;
+  }
+  template <typename Skip>
+  void FindRec(const TypeIndex& ix, uint32_t node, uint32_t nlo, uint32_t nhi, uint32_t lo, uint32_t hi, Skip& skip,
+               uint32_t* best) const {
+    if (nhi <= lo || hi <= nlo) return;
+    uint32_t m = ix.tree[node];
+    if (m == UINT32_MAX) return;
+    if (*best != UINT32_MAX && !LeafLess(ix, m, *best)) return;  // Nothing better below.
+    if (lo <= nlo && nhi <= hi && !skip(m)) {
+      *best = m;
+      return;
+    }
+    if (nhi - nlo == 1) return;
+    uint32_t mid = (nlo + nhi) / 2;
+    FindRec(ix, 2 * node, nlo, mid, lo, hi, skip, best);
+    FindRec(ix, 2 * node + 1, mid, nhi, lo, hi, skip, best);
+  }
+
+  NodeId BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude = nullptr);
+
+  // ---------------------------------------------------------------- books (books.cc)
+  std::vector<BookEntry>::iterator FindEntry(std::vector<BookEntry>& b, const Order& o);
+  uint32_t SlotOf(const Order& o) const { return static_cast<uint32_t>(&o - orders_.data()); }
+
+  // The competing-demand summary of a book for change detection.
+  struct Summary {
+    Price p1 = 0;
+    uint32_t t1 = UINT32_MAX;
+    Price p2 = 0;  // Best price of a tenant other than t1.
+    bool operator==(const Summary&) const = default;
+  };
+  Summary Summarize(const std::vector<BookEntry>& b) const;
+  void BookInsert(Order& o, uint8_t flags);
+  void EntryInsert(const Order& o);
+  void EntryErase(const Order& o) {
+    auto& b = books_.Mutable(o.eff_scope.value);
+    b.erase(FindEntry(b, o));
+    books_.Retop(o.eff_scope.value);
+  }
+
+  void BookErase(Order& o);
+  void BookReprice(Order& o, Price effective, uint64_t seq);
+  void AfterBookChange(VertexId v, const Summary& before);
+  Price Competing(NodeId n) const;
+
+  // ---------------------------------------------------------------- money (ledger.cc)
+  void ScheduleErase(Micros time, uint8_t kind, uint64_t id) {
+    if (time != kNever) sched_.erase(SchedKey{time, kind, id});
+  }
+  void ScheduleAdd(Micros time, uint8_t kind, uint64_t id) {
+    if (time != kNever) sched_.insert(SchedKey{time, kind, id});
+  }
+
+  void Settle(NodeId n);
+
+  // The inputs of p(n) changed. p(n) is re-derived once the instant is
+  // consistent (ApplyRates, at the end of RunInstant): a rate that moves and
+  // comes back within the instant has not changed, and settling it would
+  // split the ledger at an unchanged rate (3b: settled whenever p(n) changes).
+  // Until then s.rate is the rate accruing since acc_since, which is what
+  // settling a holding that ends at this instant must charge.
+  std::vector<uint32_t> rate_dirty_;
+  std::vector<uint8_t> rate_dirty_flag_;
+  void UpdateRate(NodeId n);
+  bool ApplyRate(NodeId n);
+  bool ApplyRates();
+  void StartHolding(NodeId n, TenantId tid, Price limit);
+  void EndHolding(NodeId n);
+
+  // ---------------------------------------------------------------- exhaustion (ledger.cc)
+  std::vector<uint32_t> exhaust_dirty_;
+  std::vector<uint8_t> exhaust_flag_;
+  void MarkExhaustDirty(TenantId t);
+  Money Accrued(const Tenant& t, Micros at) const;
+  Money Available(const Tenant& t, Micros at) const { return t.balance - Accrued(t, at); }
+
+  // Upper bound of the accrued money at `at` from the aggregates, O(1):
+  // sum floor(a_i / kH) <= floor(sum a_i / kH).
+  __int128 AccruedUpperBound(const Tenant& t, Micros at) const {
+    return (t.carry_sum + t.rate_sum * at - t.rate_time_sum) / kH;
+  }
+
+  bool AvailableAtMost(const Tenant& t, Micros at, __int128 need) const;
+
+  bool ExhaustedAt(const Tenant& t, Micros at) const {
+    return !t.nodes.empty() && AvailableAtMost(t, at, t.need);
+  }
+
+  Micros ExhaustLowerBound(const Tenant& t) const;
+  Micros ExactExhaustion(const Tenant& t) const;
+  void RescheduleExhaustion(uint32_t tid);
+  bool ReviewExhaustion(uint32_t tid);
+
+  // ---------------------------------------------------------------- contests (holdings.cc)
+  void MarkDirty(NodeId n);
+  uint8_t CurrentReasons(NodeId n) const;
+
+  Price NoticePrice(NodeId n) const {
+    const NodeState& s = nodes_[n.value];
+    if (MaintAt(n) != kNever) return kInfPrice;
+    return std::max(ChallengerPrice(s), Floor(n));
+  }
+
+  void SendNotice(NodeId n);
+  void SetDeadline(NodeId n, Micros d);
+  void ClearContest(NodeId n);
+  bool ReviewNode(NodeId n);
+  void DetachChallenger(uint32_t slot, NodeId n, bool holder_won);
+  void ReleaseClaims(uint32_t slot);
+  void DropGang(uint32_t slot, bool cooldown);
+  void ResolveDeadline(NodeId n);
+
+  // ---------------------------------------------------------------- orders (orders.cc)
+  bool OutOfMoney(const Order& o, uint32_t nodes) const {
+    const Tenant& t = tenants_[o.tenant.value];
+    __int128 need = static_cast<__int128>(t.need) + static_cast<__int128>(nodes) * GraceCost(o.requested, params_.grace);
+    return AvailableAtMost(t, now_, need);
+  }
+
+  void RemoveOrderFromTenant(Order& o);
+  void ReleaseOrderSlot(uint32_t slot);
+  void CancelOrderInternal(uint32_t slot, CancelReason why, bool detached = false);
+  void FillSingle(uint32_t slot, NodeId n, bool emit_alloc);
+  Price OwnClaimObtain(const Order& o, NodeId n) const;
+  // In volatility.cc:
+  Price ClipReference(const Order& o);
+  // In volatility.cc:
+  void ApplyClip(Order& o, Price before_effective);
+  // In volatility.cc:
+  void ClipStep(uint32_t slot);
+  void SetEffective(uint32_t slot, Price eff, uint64_t seq);
+
+  // ---------------------------------------------------------------- matching (matching.cc)
+  bool MatchOne();
+  bool TrySingle(uint32_t slot);
+  void BecomeChallenger(uint32_t slot, NodeId n);
+  bool TryPendingToFree(uint32_t slot);
+  bool TryGang(uint32_t slot);
+  bool CompleteGangs();
+
+  // ---------------------------------------------------------------- floors (floors.cc)
+  bool PolicyCovers(const Policy& p, NodeId n) const;
+  Price PolicyFloor(const Policy& p, NodeId n) const;
+  Micros MaintFor(NodeId n) const;
+  Price PolicyFloors(NodeId n, bool with_maintenance) const;
+  Price FloorBesideMaintenance(NodeId n) const { return PolicyFloors(n, /*with_maintenance=*/false); }
+
+  void RecomputeFloor(NodeId n);
+
+  void RecomputeFloorsUnder(const Policy& p) {
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].alive && PolicyCovers(p, NodeId(i))) RecomputeFloor(NodeId(i));
+    }
+  }
+
+  Micros PolicyNextChange(const Policy& p) const;
+  void SchedulePolicy(uint32_t id);
+  int64_t StayingPower(LocationId row, bool* leaving_any) const;
+  void AdaptiveControl(uint32_t id);
+  bool EvaluatePower();
+
+  // ---------------------------------------------------------------- decay (volatility.cc)
+  Micros DecayCrossing(uint32_t i) const;
+
+  Micros NextDecay() const {
+    Micros best = kNever;
+    for (uint32_t i : decaying_) best = std::min(best, DecayCrossing(i));
+    return best;
+  }
+
+  void RefreshDecay();
+
+  // ---------------------------------------------------------------- price events (instant.cc)
+  void TouchVertex(VertexId v);
+  void TouchAncestors(VertexId v) {
+    for (; v.valid(); v = V(v).parent) TouchVertex(v);
+  }
+  void EmitPriceChanges();
+  Price QuoteOf(VertexId v);
+
+  // ---------------------------------------------------------------- the instant (instant.cc)
+  void RunInstant(bool settle_rates = true);
+  void RunDue();
+
+  Micros NextTime() const {
+    Micros t = sched_.empty() ? kNever : sched_.begin()->time;
+    return std::min(t, NextDecay());
+  }
+
+  Status AdvanceTo(Micros t);
+
+  // Every public mutating call: advance to t, then run `op`, then settle the instant.
+  template <typename F>
+  auto Call(Micros t, F&& op) -> decltype(op()) {
+    Status s = AdvanceTo(t);
+    if (!s.ok()) {
+      Flush();
+      return s;
+    }
+    auto r = op();
+    RunInstant();
+    Flush();
+    return r;
+  }
+
+  // ---------------------------------------------------------------- validation (orders.cc)
+  Status CheckPrice(Price p, const char* field) const {
+    if (p < 0) return InvalidArgument(std::string(field) + ": must not be negative");
+    if (p == kInfPrice) return InvalidArgument(std::string(field) + ": must be finite");
+    return Status::Ok();
+  }
+  Status CheckTenant(TenantId t) const {
+    if (!t.valid() || t.value >= tenants_.size()) return NotFound("tenant: no tenant with id " + Num(t.value));
+    return Status::Ok();
+  }
+  Status CheckNode(NodeId n) const {
+    if (!n.valid() || n.value >= nodes_.size() || !nodes_[n.value].alive) return NotFound("node: no live node with id " + Num(n.value));
+    return Status::Ok();
+  }
+
+  // In ledger.cc:
+  Status CheckBudget(const Tenant& t, __int128 add_rate, __int128 add_need) const;
+  Result<OrderId> Place(TenantId tid, const OrderSpec& spec);
+  VertexId Narrow(VertexId scope, LocationId loc) const;
+  void ResolveWaitingOrders();
+  Result<uint32_t> FindOwnOrder(TenantId tid, OrderId id) const;
+  Status Update(TenantId tid, OrderId id, Price price);
+  // In holdings.cc:
+  Status SetLimitImpl(TenantId tid, NodeId n, Price limit);
+  // In holdings.cc:
+  Status RelinquishImpl(TenantId tid, NodeId n);
+};
+
+}  // namespace laissez::market

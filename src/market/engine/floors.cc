@@ -1,0 +1,192 @@
+// Floors and InfraMaps policies: which policy covers a node, static floors, maintenance,
+// power caps and adaptive power caps, and recomputing a node's floor.
+// Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
+#include "market/engine/engine_impl.h"
+
+namespace laissez::market {
+
+// ---------------------------------------------------------------- floors
+
+bool MarketEngine::Impl::PolicyCovers(const Policy& p, NodeId n) const {
+  auto covers = [&](const FloorTarget& t) {
+    if (t.node.valid()) return t.node == n;
+    return topo_.LocationContains(t.location, topo_.node(n).rack);
+  };
+  return std::visit(
+      [&](const auto& s) -> bool {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, StaticFloorSpec> || std::is_same_v<T, MaintenanceSpec>) {
+          return covers(s.target);
+        } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
+          return topo_.LocationContains(s.row, topo_.node(n).rack);
+        } else {
+          return topo_.LocationContains(s.location, topo_.node(n).rack);
+        }
+      },
+      p.spec);
+}
+
+Price MarketEngine::Impl::PolicyFloor(const Policy& p, NodeId n) const {
+  return std::visit(
+      [&](const auto& s) -> Price {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, StaticFloorSpec>) {
+          return s.price;
+        } else if constexpr (std::is_same_v<T, MaintenanceSpec>) {
+          return (now_ >= p.maint_start && now_ < s.end) ? kInfPrice : 0;
+        } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
+          return p.power_floor;
+        } else {
+          int64_t intensity = 0;
+          for (auto [from, v] : s.series) {
+            if (from <= now_) intensity = v;
+            else break;
+          }
+          __int128 f = static_cast<__int128>(intensity) * topo_.node(n).meta.power_w * s.price_per_tonne;
+          f = (f + 999'999'999) / 1'000'000'000;  // g/kWh x W x per-tonne: ceil to micro-units per hour.
+          return f >= kInfPrice ? kInfPrice : static_cast<Price>(f);
+        }
+      },
+      p.spec);
+}
+
+// Maintenance start whose notice phase has begun for n, or kNever.
+Micros MarketEngine::Impl::MaintFor(NodeId n) const {
+  Micros best = kNever;
+  for (const Policy& p : policies_) {
+    if (!p.alive) continue;
+    const auto* m = std::get_if<MaintenanceSpec>(&p.spec);
+    if (!m || now_ >= m->end || now_ < SatAdd(p.maint_start, -params_.grace)) continue;
+    if (!PolicyCovers(p, n)) continue;
+    best = std::min(best, p.maint_start);
+  }
+  return best;
+}
+
+// The maximum of the policy floors on n, without maintenance windows if
+// `with_maintenance` is false (for the `floor` reason inside a window).
+Price MarketEngine::Impl::PolicyFloors(NodeId n, bool with_maintenance) const {
+  Price f = 0;
+  for (const Policy& p : policies_) {
+    if (!p.alive || (!with_maintenance && std::holds_alternative<MaintenanceSpec>(p.spec))) continue;
+    if (PolicyCovers(p, n)) f = std::max(f, PolicyFloor(p, n));
+  }
+  return f;
+}
+
+void MarketEngine::Impl::RecomputeFloor(NodeId n) {
+  NodeState& s = nodes_[n.value];
+  if (!s.alive) return;
+  Price f = PolicyFloors(n, /*with_maintenance=*/true);
+  Micros maint = MaintFor(n);
+  if (f == s.base_floor && maint == MaintAt(n)) return;
+  s.base_floor = f;
+  SetMaintAt(n, maint);
+  RefreshNode(n);
+  if (s.holder.valid()) {
+    UpdateRate(n);
+    MarkDirty(n);
+  } else if (s.order_slot != UINT32_MAX) {
+    gangs_to_check_.push_back(s.order_slot);
+  }
+}
+
+// Next time a policy's floors change by themselves.
+Micros MarketEngine::Impl::PolicyNextChange(const Policy& p) const {
+  return std::visit(
+      [&](const auto& s) -> Micros {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, MaintenanceSpec>) {
+          Micros notice = SatAdd(p.maint_start, -params_.grace);
+          for (Micros c : {notice, p.maint_start, s.end}) {
+            if (c > now_) return c;
+          }
+          return kNever;
+        } else if constexpr (std::is_same_v<T, CarbonSpec>) {
+          for (auto [from, v] : s.series) {
+            if (from > now_) return from;
+          }
+          return kNever;
+        } else if constexpr (std::is_same_v<T, AdaptivePowerCapSpec>) {
+          return p.next_step;
+        } else {
+          return kNever;
+        }
+      },
+      p.spec);
+}
+
+void MarketEngine::Impl::SchedulePolicy(uint32_t id) {
+  Policy& p = policies_[id];
+  ScheduleErase(p.sched, kSchedPolicy, id);
+  p.sched = p.alive ? PolicyNextChange(p) : kNever;
+  ScheduleAdd(p.sched, kSchedPolicy, id);
+}
+
+// The power of the row's held nodes that stay, and whether any is leaving:
+// a node is leaving when its holder's limit is below its floor (rule 2) and
+// no single pending challenger reaches that floor (the node would move to
+// it and keep drawing power). Reserved nodes sit idle and do not count.
+int64_t MarketEngine::Impl::StayingPower(LocationId row, bool* leaving_any) const {
+  int64_t sum = 0;
+  *leaving_any = false;
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    const NodeState& s = nodes_[i];
+    if (!s.alive || !s.holder.valid() || !topo_.LocationContains(row, topo_.node(NodeId(i)).rack)) continue;
+    bool leaving = s.limit < s.base_floor;
+    if (leaving && s.challenger != UINT32_MAX) {
+      const Order& o = orders_[s.challenger];
+      if (!o.is_gang() && o.effective >= s.base_floor) leaving = false;
+    }
+    if (leaving) *leaving_any = true;
+    else sum = SatAdd(sum, topo_.node(NodeId(i)).meta.power_w);
+  }
+  return sum;
+}
+
+// One control step of an adaptive power cap (docs/MECHANISM.md): a
+// scheduled event every `interval` from the policy's creation, so splitting
+// an Advance never moves it, and evaluated before the instant's matching.
+void MarketEngine::Impl::AdaptiveControl(uint32_t id) {
+  Policy& p = policies_[id];
+  const auto& spec = std::get<AdaptivePowerCapSpec>(p.spec);
+  bool pending = false;
+  p.staying_w = StayingPower(spec.row, &pending);
+  Price floor = AdaptiveStep(spec, p.power_floor, p.staying_w, pending);
+  p.next_step = SatAdd(p.next_step, spec.interval);
+  if (floor != p.power_floor) {
+    p.power_floor = floor;
+    RecomputeFloorsUnder(p);
+  }
+}
+
+// Re-evaluates power-cap floors from committed power. True if any floor changed.
+bool MarketEngine::Impl::EvaluatePower() {
+  if (!power_dirty_) return false;
+  power_dirty_ = false;
+  bool changed = false;
+  for (uint32_t id = 0; id < policies_.size(); ++id) {
+    Policy& p = policies_[id];
+    const auto* pc = std::get_if<PowerCapSpec>(&p.spec);
+    if (!p.alive || !pc) continue;
+    int64_t committed = 0;
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const NodeState& s = nodes_[i];
+      if (!s.alive || !s.holder.valid()) continue;  // Reserved nodes sit idle until their gang starts.
+      if (topo_.LocationContains(pc->row, topo_.node(NodeId(i)).rack)) committed += topo_.node(NodeId(i)).meta.power_w;
+    }
+    Ppm util = pc->cap_w > 0 ? static_cast<Ppm>(static_cast<__int128>(committed) * kPpm / pc->cap_w) : kPpm;
+    Price floor = 0;
+    for (auto [threshold, price] : pc->steps) {
+      if (util >= threshold) floor = price;
+    }
+    if (floor != p.power_floor) {
+      p.power_floor = floor;
+      RecomputeFloorsUnder(p);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace laissez::market

@@ -1,0 +1,204 @@
+// The instant and timers: the instant loop (RunInstant), scheduled events (RunDue),
+// advancing time (AdvanceTo), flushing events, and price-change events.
+// Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
+#include "market/engine/engine_impl.h"
+
+namespace laissez::market {
+
+// ---------------------------------------------------------------- event flushing
+
+void MarketEngine::Impl::Flush() {
+  if (options_.price_events) EmitPriceChanges();
+  if (!events_.empty()) {
+    if (sink_) sink_->OnEvents(events_);
+    events_.clear();
+  }
+}
+
+// ---------------------------------------------------------------- price events
+
+void MarketEngine::Impl::TouchVertex(VertexId v) {
+  if (vertex_touched_.size() < topo_.vertex_count()) vertex_touched_.resize(topo_.vertex_count(), 0);
+  if (!vertex_touched_[v.value]) {
+    vertex_touched_[v.value] = 1;
+    touched_vertices_.push_back(v.value);
+  }
+}
+
+void MarketEngine::Impl::EmitPriceChanges() {
+  EnsureIndex();  // A rebuild marks vertices itself: do it before reading the list.
+  if (last_quote_.size() < topo_.vertex_count()) last_quote_.resize(topo_.vertex_count(), kInfPrice);
+  std::sort(touched_vertices_.begin(), touched_vertices_.end());
+  for (uint32_t v : touched_vertices_) {
+    vertex_touched_[v] = 0;
+    Price q = QuoteOf(VertexId(v));
+    if (q != last_quote_[v]) {
+      last_quote_[v] = q;
+      Event e;
+      e.type = EventType::kPriceChanged;
+      e.vertex = VertexId(v);
+      e.price = q;
+      Emit(e);
+    }
+  }
+  touched_vertices_.clear();
+}
+
+Price MarketEngine::Impl::QuoteOf(VertexId v) {
+  EnsureIndex();
+  const TypeIndex& ix = index_[V(v).type.value];
+  auto [lo, hi] = topo_.Range(v);
+  auto none = [](uint32_t) { return false; };
+  uint32_t leaf = FindBest(ix, lo, hi, none);
+  return leaf == UINT32_MAX ? kInfPrice : ix.obtain(leaf);
+}
+
+// ---------------------------------------------------------------- the instant
+
+// Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").
+// Then settles the rates that changed, unless `settle_rates` is false: the
+// instant of a call's own time is settled once, after the call's operation.
+void MarketEngine::Impl::RunInstant(bool settle_rates) {
+  for (int round = 0;; ++round) {
+    bool changed = false;
+    // Contest validity and notices.
+    while (!dirty_nodes_.empty()) {
+      uint32_t n = dirty_nodes_.back();
+      dirty_nodes_.pop_back();
+      node_dirty_flag_[n] = 0;
+      changed |= ReviewNode(NodeId(n));
+    }
+    // One due deadline.
+    if (!sched_.empty() && sched_.begin()->time <= now_) {
+      auto it = std::find_if(sched_.begin(), sched_.end(),
+                             [&](const SchedKey& k) { return k.time > now_ || k.kind == kSchedDeadline; });
+      if (it != sched_.end() && it->time <= now_ && it->kind == kSchedDeadline) {
+        ResolveDeadline(NodeId(static_cast<uint32_t>(it->id)));
+        continue;
+      }
+    }
+    if (CompleteGangs()) continue;
+    // Exhaustion.
+    if (!exhaust_dirty_.empty()) {
+      std::vector<uint32_t>& list = exhaust_scratch_;
+      list.clear();
+      list.swap(exhaust_dirty_);
+      for (uint32_t t : list) exhaust_flag_[t] = 0;
+      for (uint32_t t : list) {
+        changed |= ReviewExhaustion(t);
+        RescheduleExhaustion(t);
+      }
+      if (changed) continue;
+    }
+    if (MatchOne()) continue;
+    if (changed) continue;
+    // Consistent: settle the rates that changed. A change re-arms its
+    // tenant's exhaustion (with the new rates), so run the loop once more.
+    if (settle_rates && ApplyRates()) continue;
+    break;
+  }
+}
+
+// Applies timed work due exactly at now_ (other than deadlines, handled in RunInstant).
+void MarketEngine::Impl::RunDue() {
+  // Clip steps first.
+  std::vector<SchedKey> due;
+  for (auto it = sched_.begin(); it != sched_.end() && it->time <= now_;) {
+    if (it->kind != kSchedDeadline) {
+      due.push_back(*it);
+      it = sched_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::stable_sort(due.begin(), due.end(), [](const SchedKey& a, const SchedKey& b) {
+    return (a.kind == kSchedClip) > (b.kind == kSchedClip);
+  });
+  for (const SchedKey& k : due) {
+    switch (k.kind) {
+      case kSchedClip: {
+        auto it = order_slot_.find(k.id);
+        if (it != order_slot_.end() && orders_[it->second].next_clip == k.time) ClipStep(it->second);
+        break;
+      }
+      case kSchedHoldExpiry: {
+        NodeState& s = nodes_[k.id];
+        if (s.hold_scheduled && s.holder.valid() && s.held_since + params_.min_hold <= now_) {
+          s.hold_scheduled = false;
+          RefreshNode(NodeId(static_cast<uint32_t>(k.id)));
+        } else if (s.hold_scheduled && s.holder.valid()) {
+          // min_hold changed: re-arm at the new expiry.
+          ScheduleAdd(s.held_since + params_.min_hold, kSchedHoldExpiry, k.id);
+        }
+        break;
+      }
+      case kSchedPolicy: {
+        Policy& p = policies_[k.id];
+        p.sched = kNever;
+        if (p.alive && std::holds_alternative<AdaptivePowerCapSpec>(p.spec)) {
+          AdaptiveControl(static_cast<uint32_t>(k.id));
+          SchedulePolicy(static_cast<uint32_t>(k.id));
+        } else if (p.alive) {
+          RecomputeFloorsUnder(p);
+          SchedulePolicy(static_cast<uint32_t>(k.id));
+        }
+        break;
+      }
+      case kSchedExhaust: {
+        Tenant& t = tenants_[k.id];
+        t.exhaust_sched = kNever;
+        if (!t.exhausted && ExhaustedAt(t, now_)) {
+          MarkExhaustDirty(TenantId(static_cast<uint32_t>(k.id)));
+        } else if (!t.exhausted && !t.nodes.empty()) {
+          // The lower bound was early: arm the exact crossing.
+          t.exhaust_sched = ExactExhaustion(t);
+          ScheduleAdd(t.exhaust_sched, kSchedExhaust, k.id);
+        }
+        break;
+      }
+      case kSchedCooldown: {
+        auto it = order_slot_.find(k.id);
+        if (it != order_slot_.end()) {
+          Order& o = orders_[it->second];
+          candidates_.emplace(-o.effective, o.seq, it->second);
+        }
+        break;
+      }
+      case kSchedDecay:
+        break;
+      case kSchedPower:
+        power_sched_ = kNever;
+        EvaluatePower();
+        break;
+    }
+  }
+  RefreshDecay();
+}
+
+Status MarketEngine::Impl::AdvanceTo(Micros t) {
+  if (t < now_) {
+    return OutOfRange("time: " + std::to_string(t) + " is before the engine's time " + std::to_string(now_));
+  }
+  while (true) {
+    Micros next = NextTime();
+    if (next > t) break;
+    if (next > now_) now_ = next;
+    RunDue();
+    RunInstant(/*settle_rates=*/now_ < t);
+    // Work re-armed at now_ (an exhaustion bound that needs its exact check)
+    // runs in the next pass; each such entry re-arms strictly later.
+    if (NextTime() <= now_) {
+      LZ_CHECK(++same_time_passes_ < 1'000'000);
+    } else {
+      same_time_passes_ = 0;
+    }
+  }
+  if (t > now_) {
+    now_ = t;
+    RefreshDecay();
+    RunInstant(/*settle_rates=*/false);
+  }
+  return Status::Ok();
+}
+
+}  // namespace laissez::market

@@ -1,0 +1,277 @@
+// Orders: placing, updating and cancelling them, their slots and tenants, filling a single
+// order, setting an effective price, and the validation helpers these calls share.
+// Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
+#include "market/engine/engine_impl.h"
+
+namespace laissez::market {
+
+// ---------------------------------------------------------------- orders
+
+void MarketEngine::Impl::RemoveOrderFromTenant(Order& o) {
+  Tenant& t = tenants_[o.tenant.value];
+  t.orders.erase(o.id.value);
+  Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(o.requested) * o.remaining()));
+  t.committed -= rate;
+  t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(o.requested, params_.grace);
+}
+
+void MarketEngine::Impl::ReleaseOrderSlot(uint32_t slot) {
+  Order& o = orders_[slot];
+  if (o.next_clip != kNever) ScheduleErase(o.next_clip, kSchedClip, o.id.value);
+  if (o.cooldown_until > now_) ScheduleErase(o.cooldown_until, kSchedCooldown, o.id.value);
+  if (o.spec.locality != Locality::kAny) {
+    auto range = rel_to_orders_.equal_range(o.spec.rel_to.value);
+    for (auto it = range.first; it != range.second; ++it) {
+      if (it->second == slot) {
+        rel_to_orders_.erase(it);
+        break;
+      }
+    }
+  }
+  order_slot_.erase(o.id.value);
+  o.alive = false;
+  o.claims.clear();
+  o.claims.shrink_to_fit();
+  free_slots_.push_back(slot);
+}
+
+// Cancels an open order: withdraws its claims, emits the event.
+void MarketEngine::Impl::CancelOrderInternal(uint32_t slot, CancelReason why, bool detached) {
+  Order& o = orders_[slot];
+  if (!o.alive) return;
+  BookErase(o);
+  if (o.state == OrderState::kPending && !detached) {
+    ReleaseClaims(slot);
+  }
+  o.state = OrderState::kCancelled;
+  RemoveOrderFromTenant(o);
+  Event e;
+  e.type = EventType::kOrderCancelled;
+  e.order = o.id;
+  e.tenant = o.tenant;
+  e.cancel_reason = why;
+  Emit(e);
+  ReleaseOrderSlot(slot);
+}
+
+// A single order obtains node n (free): it becomes the holder.
+void MarketEngine::Impl::FillSingle(uint32_t slot, NodeId n, bool emit_alloc) {
+  Order& o = orders_[slot];
+  BookErase(o);
+  TenantId tid = o.tenant;
+  Price limit = o.requested;
+  if (emit_alloc) {
+    Event e;
+    e.type = EventType::kAllocated;
+    e.node = n;
+    e.tenant = tid;
+    e.order = o.id;
+    e.price = limit;
+    Emit(e);
+  }
+  RemoveOrderFromTenant(o);
+  o.state = OrderState::kFilled;
+  o.filled = 1;
+  Event f;
+  f.type = EventType::kOrderFilled;
+  f.order = o.id;
+  f.tenant = tid;
+  Emit(f);
+  ReleaseOrderSlot(slot);
+  StartHolding(n, tid, limit);
+  RefreshNode(n);
+}
+
+// The obtain price of a node o claims, for o itself: an order never
+// competes with itself, so a node it contests is priced without its own
+// pending price and a node it reserves at its floor.
+Price MarketEngine::Impl::OwnClaimObtain(const Order& o, NodeId n) const {
+  const NodeState& s = nodes_[n.value];
+  if (s.order_slot == SlotOf(o)) return Floor(n);
+  if (params_.min_hold > 0 && now_ < s.held_since + params_.min_hold) return kInfPrice;
+  return HolderBar(n);
+}
+
+// Changes an open order's effective price (and seq), keeping books and contests right.
+void MarketEngine::Impl::SetEffective(uint32_t slot, Price eff, uint64_t seq) {
+  Order& o = orders_[slot];
+  if (o.state == OrderState::kPending) {
+    if (o.in_book) {
+      BookReprice(o, eff, seq);
+    } else {
+      o.effective = eff;
+      o.seq = seq;
+    }
+    for (NodeId n : std::vector<NodeId>(o.claims)) {
+      NodeState& s = nodes_[n.value];
+      if (s.challenger == slot) {
+        RefreshNode(n);
+        UpdateRate(n);
+        MarkDirty(n);
+        // New price, same deadline; none if the price it states is unchanged
+        // (a raise that clipping holds at the same effective price).
+        if (s.contested && ChallengerPrice(s) >= HolderBar(n) && NoticePrice(n) != s.notice_price) SendNotice(n);
+      } else if (s.order_slot == slot && EffFloor(n) > eff) {
+        // A floor on a reserved node above the gang's price drops it (handled in review).
+      }
+    }
+    if (o.is_gang()) {
+      for (NodeId n : o.claims) {
+        const NodeState& s = nodes_[n.value];
+        if (s.challenger == slot && eff < HolderBar(n)) {
+          DropGang(slot, /*cooldown=*/true);
+          return;
+        }
+      }
+    }
+    return;
+  }
+  BookReprice(o, eff, seq);
+}
+
+// ---------------------------------------------------------------- placing and updating orders
+
+Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
+  LZ_RETURN_IF_ERROR(CheckTenant(tid));
+  LZ_RETURN_IF_ERROR(CheckPrice(spec.price, "price"));
+  if (!spec.scope.valid() || spec.scope.value >= topo_.vertex_count()) {
+    return NotFound("scope: no vertex with id " + Num(spec.scope.value));
+  }
+  if (spec.count < 1) return InvalidArgument("count: must be at least 1");
+  const topology::Vertex sv = V(spec.scope);  // A copy: EnsureIndex below may compact the topology.
+  if (sv.level == Level::kNode && !topo_.IsLiveNode(sv.node)) return NotFound("scope: node " + Num(sv.node.value) + " was removed");
+  EnsureIndex();
+  auto [lo, hi] = topo_.Range(spec.scope);
+  if (spec.count > hi - lo) {
+    return InvalidArgument("count: gang of " + Num(spec.count) + " is larger than its vertex (" + Num(hi - lo) + " nodes)");
+  }
+  if (sv.level == Level::kNode && nodes_[sv.node.value].holder == tid) {
+    return FailedPrecondition("scope: the tenant already holds node " + topo_.node(sv.node).name);
+  }
+  LocationId locality_loc;
+  if (spec.locality != Locality::kAny) {
+    LZ_RETURN_IF_ERROR(CheckNode(spec.rel_to));
+    if (nodes_[spec.rel_to.value].holder != tid) {
+      return FailedPrecondition("rel_to: the tenant does not hold node " + topo_.node(spec.rel_to).name);
+    }
+    Level lvl = static_cast<Level>(static_cast<uint8_t>(spec.locality));  // kSameRegion=1 .. kSameRack=4.
+    locality_loc = topo_.AncestorAt(topo_.node(spec.rel_to).rack, lvl);
+  } else if (spec.rel_to.valid()) {
+    return InvalidArgument("rel_to: only allowed with a locality constraint");
+  }
+  Tenant& t = tenants_[tid.value];
+  // An exhausted tenant's orders are cancelled (rule 7), so a new one may
+  // not rest either: even at price 0, which the budget test lets through
+  // because it commits nothing.
+  if (t.exhausted) {
+    return ResourceExhausted("tenant: " + t.name +
+                             " is exhausted: its balance does not cover its nodes for one grace period; deposit "
+                             "or relinquish first");
+  }
+  __int128 add_rate = static_cast<__int128>(spec.price) * spec.count;
+  __int128 add_need = static_cast<__int128>(spec.count) * GraceCost(spec.price, params_.grace);
+  LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
+
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(orders_.size());
+    orders_.emplace_back();
+  }
+  Order& o = orders_[slot];
+  o = Order();
+  o.id = OrderId(next_order_id_++);
+  o.tenant = tid;
+  o.spec = spec;
+  o.type = sv.type;
+  o.locality_loc = locality_loc;
+  o.eff_scope = Narrow(spec.scope, locality_loc);
+  o.requested = spec.price;
+  o.seq = next_seq_++;
+  o.state = OrderState::kResting;
+  order_slot_.emplace(o.id.value, slot);
+  t.orders.insert(o.id.value);
+  t.committed = static_cast<Price>(std::min<__int128>(kInfPrice, t.committed + add_rate));
+  t.committed_need = static_cast<Money>(std::min<__int128>(kInfPrice, t.committed_need + add_need));
+  if (spec.locality != Locality::kAny) rel_to_orders_.emplace(spec.rel_to.value, slot);
+  ApplyClip(o, 0);
+  OrderId id = o.id;
+  // The book was not crossed before this call, so only the new order can
+  // cross now: match it directly rather than resting it first (resting and
+  // leaving a book would refresh the rates of every holder below its scope).
+  bool acted = o.is_gang() ? TryGang(slot) : TrySingle(slot);
+  if (!acted) BookInsert(orders_[slot], orders_[slot].is_gang() ? kFlagGang : 0);
+  return id;
+}
+
+// The vertex of the nodes an order may take: its scope narrowed to the
+// locality location (DESIGN.md 3b: locality resolves to a location when the
+// order is placed). Invalid while no node of the scope's type lies there.
+VertexId MarketEngine::Impl::Narrow(VertexId scope, LocationId loc) const {
+  if (!loc.valid()) return scope;
+  const topology::Vertex& sv = V(scope);
+  if (sv.level == Level::kNode) return topo_.LocationContains(loc, sv.location) ? scope : VertexId();
+  if (topo_.LocationContains(sv.location, loc)) return topo_.VertexAt(sv.type, loc);
+  if (topo_.LocationContains(loc, sv.location)) return scope;
+  return VertexId();
+}
+
+// After nodes are added, orders waiting for their locality vertex may now have one.
+void MarketEngine::Impl::ResolveWaitingOrders() {
+  if (unmatchable_.empty()) return;
+  std::vector<uint32_t> waiting;
+  waiting.swap(unmatchable_);
+  for (uint32_t slot : waiting) {
+    Order& o = orders_[slot];
+    if (!o.alive) continue;
+    o.in_book = false;
+    o.eff_scope = Narrow(o.spec.scope, o.locality_loc);
+    BookInsert(o, o.book_flags);
+  }
+}
+
+Result<uint32_t> MarketEngine::Impl::FindOwnOrder(TenantId tid, OrderId id) const {
+  LZ_RETURN_IF_ERROR(CheckTenant(tid));
+  auto it = order_slot_.find(id.value);
+  if (it == order_slot_.end()) return NotFound("order: no open order with id " + Num(id.value));
+  if (orders_[it->second].tenant != tid) return PermissionDenied("order: order " + Num(id.value) + " belongs to another tenant");
+  return it->second;
+}
+
+Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
+  LZ_ASSIGN_OR_RETURN(uint32_t slot, FindOwnOrder(tid, id));
+  LZ_RETURN_IF_ERROR(CheckPrice(price, "price"));
+  Order& o = orders_[slot];
+  Tenant& t = tenants_[tid.value];
+  __int128 rem = o.remaining();
+  __int128 add_rate = (static_cast<__int128>(price) - o.requested) * rem;
+  __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(o.requested, params_.grace));
+  LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
+  t.committed = static_cast<Price>(t.committed + add_rate);
+  t.committed_need = static_cast<Money>(t.committed_need + add_need);
+  if (price > o.requested) {
+    o.requested = price;
+    Price before = o.effective;
+    uint64_t seq = next_seq_++;
+    // Clip from the current effective price; the order gets a new sequence number.
+    Price eff_before = o.effective;
+    ApplyClip(o, eff_before);
+    Price eff = o.effective;
+    o.effective = before;
+    SetEffective(slot, eff, seq);
+  } else if (price < o.requested) {
+    o.requested = price;
+    if (o.effective > price) {
+      if (o.next_clip != kNever) {
+        ScheduleErase(o.next_clip, kSchedClip, o.id.value);
+        o.next_clip = kNever;
+      }
+      SetEffective(slot, price, o.seq);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace laissez::market

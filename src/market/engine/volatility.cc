@@ -1,0 +1,126 @@
+// Volatility controls (DESIGN.md section 3, rule 9): clipping an order's effective price and
+// floor decay after a release. (The minimum hold is part of Obtain, in engine_impl.h.)
+// Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
+#include "market/engine/engine_impl.h"
+
+namespace laissez::market {
+
+// ---------------------------------------------------------------- clipping
+
+// Clip reference (DESIGN.md 3b): the k-th lowest obtain price over the
+// eligible nodes, for the order's own tenant. The index prices the nodes o
+// claims with o's own price in them, so those are priced apart and merged
+// with the k cheapest others.
+Price MarketEngine::Impl::ClipReference(const Order& o) {
+  if (!o.eff_scope.valid()) return kInfPrice;
+  std::vector<NodeId> skip(o.claims);
+  std::vector<Price> prices;
+  for (NodeId n : o.claims) prices.push_back(OwnClaimObtain(o, n));
+  for (uint32_t i = 0; i < o.spec.count; ++i) {
+    NodeId n = BestNodeFor(o, false, &skip);
+    if (!n.valid()) break;
+    skip.push_back(n);
+    prices.push_back(Obtain(n));
+  }
+  if (prices.size() < o.spec.count) return kInfPrice;
+  std::nth_element(prices.begin(), prices.begin() + (o.spec.count - 1), prices.end());
+  return prices[o.spec.count - 1];
+}
+
+// Sets effective price and clip schedule after placement or a raise.
+void MarketEngine::Impl::ApplyClip(Order& o, Price before_effective) {
+  if (o.next_clip != kNever) {
+    ScheduleErase(o.next_clip, kSchedClip, o.id.value);
+    o.next_clip = kNever;
+  }
+  if (params_.clip_alpha_ppm == 0) {
+    o.effective = o.requested;
+    return;
+  }
+  Price p = ClipReference(o);
+  if (p == kInfPrice) {
+    o.effective = o.requested;
+    return;
+  }
+  Price s = std::max(MulPpmCeil(p, params_.clip_alpha_ppm), params_.tick);
+  o.clip_step = s;
+  o.effective = std::min(o.requested, std::max(SatAdd(p, s), before_effective));
+  if (o.effective < o.requested) {
+    if (params_.clip_interval == 0) {
+      o.effective = o.requested;
+    } else {
+      o.next_clip = SatAdd(now_, params_.clip_interval);
+      ScheduleAdd(o.next_clip, kSchedClip, o.id.value);
+    }
+  }
+}
+
+void MarketEngine::Impl::ClipStep(uint32_t slot) {
+  Order& o = orders_[slot];
+  o.next_clip = kNever;
+  Price eff = std::min(o.requested, SatAdd(o.effective, o.clip_step));
+  if (params_.clip_interval == 0) eff = o.requested;
+  if (eff < o.requested) {
+    o.next_clip = SatAdd(now_, params_.clip_interval);
+    ScheduleAdd(o.next_clip, kSchedClip, o.id.value);
+  }
+  SetEffective(slot, eff, o.seq);
+}
+
+// ---------------------------------------------------------------- decay
+
+Micros MarketEngine::Impl::DecayCrossing(uint32_t i) const {
+  const NodeState& s = nodes_[i];
+  if (!s.decaying || s.holder.valid() || s.order_slot != UINT32_MAX || params_.decay_beta == 0) return kNever;
+  auto [paid, released_at] = decay_state_.at(i);
+  Price eff = EffFloor(NodeId(i));
+  if (eff <= s.base_floor) return kNever;
+  // The next crossing is with the highest resting price still below the
+  // decaying floor; prices at or above it already had their chance (a gang
+  // short of nodes, say) and must not hide the lower ones.
+  Price x = -1;
+  for (VertexId v = topo_.node(NodeId(i)).leaf; v.valid(); v = V(v).parent) {
+    if (books_.top(v.value) < 0) continue;
+    if (books_.top(v.value) < eff) {
+      x = std::max(x, books_.top(v.value));
+      continue;
+    }
+    const auto& b = books_[v.value];
+    auto it = std::lower_bound(b.begin(), b.end(), eff, [](const BookEntry& e, Price p) { return e.price >= p; });
+    if (it != b.end()) x = std::max(x, it->price);
+  }
+  if (x < 0 || x < s.base_floor || x >= eff) return kNever;
+  // First t with paid - floor(beta * (t - released_at) / 1s) <= x.
+  __int128 need = static_cast<__int128>(paid - x) * kMicrosPerSecond;
+  __int128 d = (need + params_.decay_beta - 1) / params_.decay_beta;
+  __int128 t = released_at + d;
+  // A crossing at or before now was applied when the keys were refreshed.
+  return t >= kNever || t <= now_ ? kNever : static_cast<Micros>(t);
+}
+
+// Refresh keys of decaying free nodes for the current time; drop finished ones.
+void MarketEngine::Impl::RefreshDecay() {
+  size_t w = 0;
+  for (size_t r = 0; r < decaying_.size(); ++r) {
+    uint32_t i = decaying_[r];
+    NodeState& s = nodes_[i];
+    bool active = s.alive && s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX;
+    if (active) RefreshNode(NodeId(i));
+    // Keep the decay while it can still matter: until P - decay reaches 0
+    // (the floor below may fall later, DESIGN.md 9b).
+    bool running = false;
+    if (active) {
+      auto [paid, released_at] = decay_state_.at(i);
+      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - released_at) / kMicrosPerSecond;
+      running = dec < paid;
+    }
+    if (running) {
+      decaying_[w++] = i;
+    } else if (!s.holder.valid()) {
+      StopDecay(NodeId(i));
+    }
+  }
+  decaying_.resize(w);
+}
+
+}  // namespace laissez::market
