@@ -32,7 +32,7 @@ TEST_F(ScenarioTest, Regression_OrderViewSpecPriceStaleAfterUpdate) {
 // RecomputeFloor -> RefreshNode checks the index generation before the
 // topology has rebuilt (generation() only moves on the rebuild that
 // LeafIndex() then triggers), and writes through a stale, shorter index:
-// heap-buffer-overflow at market_engine.cc RefreshNode under ASan.
+// heap-buffer-overflow in RefreshNode (now in engine/books.cc) under ASan.
 TEST_F(ScenarioTest, Regression_AddNodeUnderFloorPolicyAfterQuote) {
   Make();
   Node("n0");
@@ -86,10 +86,10 @@ TEST_F(ScenarioTest, Regression_RelinquishAfterRemoveNodeLeavesBookCrossed) {
 // max(f(n), P - floor(beta x seconds since release)) while free. With
 // second-price charging P is at most the best competing bid, which takes the
 // node at once, so decay only shows when f(n) falls after the release (a
-// floor policy removed, a power or carbon floor dropping). The engine records
-// P only when P > f(n) at release (market_engine.cc: `paid_rate >
-// s.base_floor`), so here the floor drops straight to 0 and c's 2/h order
-// takes the node at once instead of at the crossing (30 s).
+// floor policy removed, a power or carbon floor dropping). The engine used to
+// record P only when P > f(n) at release, so the floor dropped straight to 0
+// and c's 2/h order took the node at once instead of at the crossing (30 s).
+// It now records any P > 0 (EndHolding, engine/ledger.cc).
 TEST_F(ScenarioTest, Regression_DecayIgnoredWhenTheFloorFallsAfterRelease) {
   MarketParams p;
   p.decay_beta = U / 10;  // 0.1 per second.
