@@ -292,11 +292,15 @@ Status MarketEngine::SetMaxRate(Micros t, TenantId tenant, Price max_rate) {
   return m.Observed(t, body, std::move(result));
 }
 
+// The hot calls (a bid, a holder's limit) skip the operation record when no
+// observer wants it, and return the call's result without moving it.
 Result<OrderId> MarketEngine::PlaceOrder(Micros t, TenantId tenant, const OrderSpec& spec) {
   Impl& m = *impl_;
+  auto op = [&]() -> Result<OrderId> { return m.Place(tenant, spec); };
+  if (!m.observer_) return m.Call(t, op);
   std::optional<OpBody> body;
-  if (m.observer_) body.emplace(OpPlaceOrder{tenant, spec});
-  auto result = m.Call(t, [&]() -> Result<OrderId> { return m.Place(tenant, spec); });
+  body.emplace(OpPlaceOrder{tenant, spec});
+  auto result = m.Call(t, op);
   return m.Observed(t, body, std::move(result));
 }
 
@@ -322,9 +326,11 @@ Status MarketEngine::CancelOrder(Micros t, TenantId tenant, OrderId order) {
 
 Status MarketEngine::SetLimit(Micros t, TenantId tenant, NodeId node, Price limit) {
   Impl& m = *impl_;
+  auto op = [&]() -> Status { return m.SetLimitImpl(tenant, node, limit); };
+  if (!m.observer_) return m.Call(t, op);
   std::optional<OpBody> body;
-  if (m.observer_) body.emplace(OpSetLimit{tenant, node, limit});
-  auto result = m.Call(t, [&]() -> Status { return m.SetLimitImpl(tenant, node, limit); });
+  body.emplace(OpSetLimit{tenant, node, limit});
+  auto result = m.Call(t, op);
   return m.Observed(t, body, std::move(result));
 }
 

@@ -231,14 +231,4 @@ std::span<const NodeId> Topology::LeafOrder(TypeId type) const {
   return leaf_order_[type.value];
 }
 
-std::pair<uint32_t, uint32_t> Topology::Range(VertexId v) const {
-  RebuildIfDirty();
-  return vertex_range_[v.value];
-}
-
-uint32_t Topology::LeafIndex(NodeId n) const {
-  RebuildIfDirty();
-  return leaf_index_[n.value];
-}
-
 }  // namespace laissez::topology

@@ -122,8 +122,15 @@ class Topology {
   // in location order; `Range(v)` is v's half-open range in it; `LeafIndex(n)`
   // is n's position.
   std::span<const NodeId> LeafOrder(TypeId type) const;
-  std::pair<uint32_t, uint32_t> Range(VertexId v) const;
-  uint32_t LeafIndex(NodeId n) const;
+  // Inline: the engine's hot paths call these once per operation.
+  std::pair<uint32_t, uint32_t> Range(VertexId v) const {
+    if (dirty_) RebuildIfDirty();
+    return vertex_range_[v.value];
+  }
+  uint32_t LeafIndex(NodeId n) const {
+    if (dirty_) RebuildIfDirty();
+    return leaf_index_[n.value];
+  }
   // Changes whenever nodes are added or removed (leaf order and ranges may move).
   uint64_t generation() const { return generation_; }
 

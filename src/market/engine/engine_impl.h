@@ -95,7 +95,10 @@ inline bool BookLess(const BookEntry& a, const BookEntry& b) {
 // vertices are leaves that never do, and an empty std::vector is 24 bytes.
 class BookTable {
  public:
-  void Resize(size_t vertices) { index_.resize(vertices, kNone); }
+  void Resize(size_t vertices) {
+    index_.resize(vertices, kNone);
+    top_.resize(vertices, -1);
+  }
   size_t size() const { return index_.size(); }
   const std::vector<BookEntry>& operator[](uint32_t v) const {
     uint32_t i = index_[v];
@@ -103,7 +106,7 @@ class BookTable {
   }
   // The highest price of any entry at v, -1 if none: lets walks over a node's
   // ancestors skip books without touching them.
-  Price top(uint32_t v) const { return v < top_.size() ? top_[v] : -1; }
+  Price top(uint32_t v) const { return top_[v]; }  // Sized with the vertices (Resize).
   // A reference valid until the next Mutable call; call Retop(v) after changing it.
   std::vector<BookEntry>& Mutable(uint32_t v) {
     if (index_[v] == kNone) {
@@ -113,7 +116,6 @@ class BookTable {
     return pool_[index_[v]];
   }
   void Retop(uint32_t v) {
-    if (top_.size() < index_.size()) top_.resize(index_.size(), -1);
     const auto& b = (*this)[v];
     top_[v] = b.empty() ? -1 : b.front().price;
   }
@@ -233,7 +235,7 @@ class MarketEngine::Impl {
   OperationObserver observer_;
   // Reports a call to the observer (if any) and passes its result through.
   template <typename R>
-  R Observed(Micros t, std::optional<OpBody>& body, R result) {
+  R Observed(Micros t, std::optional<OpBody>& body, R&& result) {
     if (observer_ && body) {
       uint64_t id = UINT64_MAX;
       if constexpr (!std::is_same_v<R, Status>) {
@@ -241,7 +243,7 @@ class MarketEngine::Impl {
       }
       observer_(Operation{t, std::move(*body)}, id);
     }
-    return result;
+    return std::move(result);
   }
   Topology topo_;
   Micros now_ = 0;
@@ -600,14 +602,16 @@ class MarketEngine::Impl {
   Status AdvanceTo(Micros t);
 
   // Every public mutating call: advance to t, then run `op`, then settle the instant.
+  // One named result, so it is built in place in the caller (a Status moved
+  // through each layer costs a string move per layer on the hot paths).
   template <typename F>
   auto Call(Micros t, F&& op) -> decltype(op()) {
-    Status s = AdvanceTo(t);
-    if (!s.ok()) {
+    if (t < now_) {  // AdvanceTo refuses it and changes nothing.
       Flush();
-      return s;
+      return AdvanceTo(t);
     }
-    auto r = op();
+    (void)AdvanceTo(t);
+    decltype(op()) r = op();
     RunInstant();
     Flush();
     return r;
@@ -619,12 +623,14 @@ class MarketEngine::Impl {
     if (p == kInfPrice) return InvalidArgument(std::string(field) + ": must be finite");
     return Status::Ok();
   }
+  bool TenantExists(TenantId t) const { return t.valid() && t.value < tenants_.size(); }
+  bool NodeExists(NodeId n) const { return n.valid() && n.value < nodes_.size() && nodes_[n.value].alive; }
   Status CheckTenant(TenantId t) const {
-    if (!t.valid() || t.value >= tenants_.size()) return NotFound("tenant: no tenant with id " + Num(t.value));
+    if (!TenantExists(t)) return NotFound("tenant: no tenant with id " + Num(t.value));
     return Status::Ok();
   }
   Status CheckNode(NodeId n) const {
-    if (!n.valid() || n.value >= nodes_.size() || !nodes_[n.value].alive) return NotFound("node: no live node with id " + Num(n.value));
+    if (!NodeExists(n)) return NotFound("node: no live node with id " + Num(n.value));
     return Status::Ok();
   }
 
