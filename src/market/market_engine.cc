@@ -202,6 +202,7 @@ Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
     }
     uint32_t id = static_cast<uint32_t>(m.policies_.size());
     m.policies_.push_back(std::move(p));
+    m.IndexPolicy(id);
     m.RecomputeFloorsUnder(m.policies_[id]);
     m.SchedulePolicy(id);
     if (std::holds_alternative<PowerCapSpec>(spec)) {
@@ -223,6 +224,7 @@ Status MarketEngine::RemovePolicy(Micros t, PolicyId id) {
     }
     Policy& p = m.policies_[id.value];
     p.alive = false;
+    m.UnindexPolicy(id.value);
     m.SchedulePolicy(id.value);
     m.RecomputeFloorsUnder(p);
     return Status::Ok();

@@ -551,7 +551,44 @@ class MarketEngine::Impl {
   bool CompleteGangs();
 
   // ---------------------------------------------------------------- floors (floors.cc)
-  bool PolicyCovers(const Policy& p, NodeId n) const;
+  // Live policies by the place they cover (issue 12): a policy on a location
+  // (a static floor or maintenance window on a location, a carbon price, a
+  // power cap's row) under that location, one on a single node under the
+  // node. A node's floors visit the lists of its rack and the rack's
+  // ancestors, and a policy change visits the nodes below its location,
+  // instead of every node times every policy.
+  std::vector<std::vector<uint32_t>> policies_at_location_;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> policies_at_node_;
+  std::vector<uint32_t>* PolicyList(const Policy& p);
+  void IndexPolicy(uint32_t id) { PolicyList(policies_[id])->push_back(id); }
+  void UnindexPolicy(uint32_t id) {
+    std::vector<uint32_t>* list = PolicyList(policies_[id]);
+    list->erase(std::find(list->begin(), list->end(), id));
+  }
+  // Calls f(policy) for every indexed policy that covers node n.
+  template <typename F>
+  void ForEachPolicyOn(NodeId n, F&& f) const {
+    if (!policies_at_node_.empty()) {
+      if (auto it = policies_at_node_.find(n.value); it != policies_at_node_.end()) {
+        for (uint32_t id : it->second) f(policies_[id]);
+      }
+    }
+    for (LocationId l = topo_.node(n).rack; l.valid(); l = topo_.location(l).parent) {
+      if (l.value >= policies_at_location_.size()) continue;
+      for (uint32_t id : policies_at_location_[l.value]) f(policies_[id]);
+    }
+  }
+  // Calls f(node) for every live node below location loc, in no set order.
+  template <typename F>
+  void ForEachNodeUnder(LocationId loc, F&& f) const {
+    for (size_t t = 0; t < topo_.type_count(); ++t) {
+      VertexId v = topo_.VertexAt(TypeId(static_cast<uint16_t>(t)), loc);
+      if (!v.valid()) continue;
+      auto [lo, hi] = topo_.Range(v);
+      auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
+      for (uint32_t i = lo; i < hi; ++i) f(order[i]);
+    }
+  }
   Price PolicyFloor(const Policy& p, NodeId n) const;
   Micros MaintFor(NodeId n) const;
   Price PolicyFloors(NodeId n, bool with_maintenance) const;
@@ -559,11 +596,7 @@ class MarketEngine::Impl {
 
   void RecomputeFloor(NodeId n);
 
-  void RecomputeFloorsUnder(const Policy& p) {
-    for (uint32_t i = 0; i < nodes_.size(); ++i) {
-      if (nodes_[i].alive && PolicyCovers(p, NodeId(i))) RecomputeFloor(NodeId(i));
-    }
-  }
+  void RecomputeFloorsUnder(const Policy& p);
 
   Micros PolicyNextChange(const Policy& p) const;
   void SchedulePolicy(uint32_t id);

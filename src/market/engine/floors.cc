@@ -1,30 +1,12 @@
-// Floors and InfraMaps policies: which policy covers a node, static floors, maintenance,
-// power caps and adaptive power caps, and recomputing a node's floor.
+// Floors and InfraMaps policies: the index of live policies by location (which policies
+// cover a node, which nodes a policy covers), static floors, maintenance, power caps and
+// adaptive power caps, and recomputing a node's floor.
 // Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
 #include "market/engine/engine_impl.h"
 
 namespace laissez::market {
 
 // ---------------------------------------------------------------- floors
-
-bool MarketEngine::Impl::PolicyCovers(const Policy& p, NodeId n) const {
-  auto covers = [&](const FloorTarget& t) {
-    if (t.node.valid()) return t.node == n;
-    return topo_.LocationContains(t.location, topo_.node(n).rack);
-  };
-  return std::visit(
-      [&](const auto& s) -> bool {
-        using T = std::decay_t<decltype(s)>;
-        if constexpr (std::is_same_v<T, StaticFloorSpec> || std::is_same_v<T, MaintenanceSpec>) {
-          return covers(s.target);
-        } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
-          return topo_.LocationContains(s.row, topo_.node(n).rack);
-        } else {
-          return topo_.LocationContains(s.location, topo_.node(n).rack);
-        }
-      },
-      p.spec);
-}
 
 Price MarketEngine::Impl::PolicyFloor(const Policy& p, NodeId n) const {
   return std::visit(
@@ -50,16 +32,36 @@ Price MarketEngine::Impl::PolicyFloor(const Policy& p, NodeId n) const {
       p.spec);
 }
 
+// The list of the index (policies_at_location_, policies_at_node_) that holds policy p.
+std::vector<uint32_t>* MarketEngine::Impl::PolicyList(const Policy& p) {
+  auto location_list = [&](LocationId l) {
+    if (policies_at_location_.size() <= l.value) policies_at_location_.resize(l.value + 1);
+    return &policies_at_location_[l.value];
+  };
+  return std::visit(
+      [&](const auto& s) -> std::vector<uint32_t>* {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, StaticFloorSpec> || std::is_same_v<T, MaintenanceSpec>) {
+          if (s.target.node.valid()) return &policies_at_node_[s.target.node.value];
+          return location_list(s.target.location);
+        } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
+          return location_list(s.row);
+        } else {
+          return location_list(s.location);
+        }
+      },
+      p.spec);
+}
+
 // Maintenance start whose notice phase has begun for n, or kNever.
 Micros MarketEngine::Impl::MaintFor(NodeId n) const {
   Micros best = kNever;
-  for (const Policy& p : policies_) {
-    if (!p.alive) continue;
+  ForEachPolicyOn(n, [&](const Policy& p) {
+    if (!p.alive) return;
     const auto* m = std::get_if<MaintenanceSpec>(&p.spec);
-    if (!m || now_ >= m->end || now_ < SatAdd(p.maint_start, -params_.grace)) continue;
-    if (!PolicyCovers(p, n)) continue;
+    if (!m || now_ >= m->end || now_ < SatAdd(p.maint_start, -params_.grace)) return;
     best = std::min(best, p.maint_start);
-  }
+  });
   return best;
 }
 
@@ -67,11 +69,38 @@ Micros MarketEngine::Impl::MaintFor(NodeId n) const {
 // `with_maintenance` is false (for the `floor` reason inside a window).
 Price MarketEngine::Impl::PolicyFloors(NodeId n, bool with_maintenance) const {
   Price f = 0;
-  for (const Policy& p : policies_) {
-    if (!p.alive || (!with_maintenance && std::holds_alternative<MaintenanceSpec>(p.spec))) continue;
-    if (PolicyCovers(p, n)) f = std::max(f, PolicyFloor(p, n));
-  }
+  ForEachPolicyOn(n, [&](const Policy& p) {
+    if (!p.alive || (!with_maintenance && std::holds_alternative<MaintenanceSpec>(p.spec))) return;
+    f = std::max(f, PolicyFloor(p, n));
+  });
   return f;
+}
+
+// Recomputes the floors of the nodes p covers, in node id order (the order
+// of the notices and rate changes that follow).
+void MarketEngine::Impl::RecomputeFloorsUnder(const Policy& p) {
+  std::vector<uint32_t> under;
+  auto add = [&](NodeId n) { under.push_back(n.value); };
+  std::visit(
+      [&](const auto& s) {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, StaticFloorSpec> || std::is_same_v<T, MaintenanceSpec>) {
+          if (s.target.node.valid()) {
+            if (s.target.node.value < nodes_.size()) add(s.target.node);
+          } else {
+            ForEachNodeUnder(s.target.location, add);
+          }
+        } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
+          ForEachNodeUnder(s.row, add);
+        } else {
+          ForEachNodeUnder(s.location, add);
+        }
+      },
+      p.spec);
+  std::sort(under.begin(), under.end());
+  for (uint32_t i : under) {
+    if (nodes_[i].alive) RecomputeFloor(NodeId(i));
+  }
 }
 
 void MarketEngine::Impl::RecomputeFloor(NodeId n) {
@@ -128,19 +157,19 @@ void MarketEngine::Impl::SchedulePolicy(uint32_t id) {
 // no single pending challenger reaches that floor (the node would move to
 // it and keep drawing power). Reserved nodes sit idle and do not count.
 int64_t MarketEngine::Impl::StayingPower(LocationId row, bool* leaving_any) const {
-  int64_t sum = 0;
+  int64_t sum = 0;  // A saturating sum of non-negative terms: the order does not matter.
   *leaving_any = false;
-  for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    const NodeState& s = nodes_[i];
-    if (!s.alive || !s.holder.valid() || !topo_.LocationContains(row, topo_.node(NodeId(i)).rack)) continue;
+  ForEachNodeUnder(row, [&](NodeId n) {
+    const NodeState& s = nodes_[n.value];
+    if (!s.alive || !s.holder.valid()) return;
     bool leaving = s.limit < s.base_floor;
     if (leaving && s.challenger != UINT32_MAX) {
       const Order& o = orders_[s.challenger];
       if (!o.is_gang() && o.effective >= s.base_floor) leaving = false;
     }
     if (leaving) *leaving_any = true;
-    else sum = SatAdd(sum, topo_.node(NodeId(i)).meta.power_w);
-  }
+    else sum = SatAdd(sum, topo_.node(n).meta.power_w);
+  });
   return sum;
 }
 
@@ -170,11 +199,11 @@ bool MarketEngine::Impl::EvaluatePower() {
     const auto* pc = std::get_if<PowerCapSpec>(&p.spec);
     if (!p.alive || !pc) continue;
     int64_t committed = 0;
-    for (uint32_t i = 0; i < nodes_.size(); ++i) {
-      const NodeState& s = nodes_[i];
-      if (!s.alive || !s.holder.valid()) continue;  // Reserved nodes sit idle until their gang starts.
-      if (topo_.LocationContains(pc->row, topo_.node(NodeId(i)).rack)) committed += topo_.node(NodeId(i)).meta.power_w;
-    }
+    ForEachNodeUnder(pc->row, [&](NodeId n) {
+      const NodeState& s = nodes_[n.value];
+      if (!s.alive || !s.holder.valid()) return;  // Reserved nodes sit idle until their gang starts.
+      committed += topo_.node(n).meta.power_w;
+    });
     Ppm util = pc->cap_w > 0 ? static_cast<Ppm>(static_cast<__int128>(committed) * kPpm / pc->cap_w) : kPpm;
     Price floor = 0;
     for (auto [threshold, price] : pc->steps) {
