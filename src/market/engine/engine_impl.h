@@ -57,6 +57,13 @@ inline Money GraceCost(Price price, Micros grace) {
   return v >= kInfPrice ? kInfPrice : static_cast<Money>(v);
 }
 
+// a / b (truncated, as `/` does): in 64 bits when a fits and b > 0, since a
+// 128-bit division is a library call about ten times slower. Same result.
+inline __int128 Div128(__int128 a, int64_t b) {
+  if (b > 0 && a == static_cast<int64_t>(a)) return static_cast<int64_t>(a) / b;
+  return a / b;
+}
+
 inline std::string Num(uint64_t v) { return std::to_string(v); }
 
 enum SchedKind : uint8_t {
@@ -339,7 +346,7 @@ class MarketEngine::Impl {
     Price f = s.base_floor;
     if (s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX && params_.decay_beta > 0) {
       auto [paid, released_at] = decay_state_.at(n.value);
-      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - released_at) / kMicrosPerSecond;
+      __int128 dec = Div128(static_cast<__int128>(params_.decay_beta) * (now_ - released_at), kMicrosPerSecond);
       __int128 d = static_cast<__int128>(paid) - dec;
       if (d > f) f = static_cast<Price>(d);
     }
@@ -473,6 +480,9 @@ class MarketEngine::Impl {
   // settling a holding that ends at this instant must charge.
   std::vector<uint32_t> rate_dirty_;
   std::vector<uint8_t> rate_dirty_flag_;
+  // A node whose queued rate SetLimit showed to be unchanged; any other
+  // change to the inputs of its rate (UpdateRate) drops the mark.
+  uint32_t rate_unchanged_node_ = UINT32_MAX;
   void UpdateRate(NodeId n);
   bool ApplyRate(NodeId n);
   bool ApplyRates();
@@ -635,14 +645,18 @@ class MarketEngine::Impl {
   Status AdvanceTo(Micros t);
 
   // Every public mutating call: advance to t, then run `op`, then settle the instant.
-  // One named result, so it is built in place in the caller (a Status moved
-  // through each layer costs a string move per layer on the hot paths).
+  // Results are built in place in the caller (CallAt has one named result):
+  // a Status moved through each layer costs a string move per layer.
   template <typename F>
   auto Call(Micros t, F&& op) -> decltype(op()) {
     if (t < now_) {  // AdvanceTo refuses it and changes nothing.
       Flush();
       return AdvanceTo(t);
     }
+    return CallAt(t, op);
+  }
+  template <typename F>
+  auto CallAt(Micros t, F& op) -> decltype(op()) {
     (void)AdvanceTo(t);
     decltype(op()) r = op();
     RunInstant();

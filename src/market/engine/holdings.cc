@@ -266,9 +266,18 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   t.committed += limit - s.limit;
   t.committed_need += new_cost - old_cost;
   t.need += new_cost - old_cost;
+  Price old_limit = s.limit;
   s.limit = limit;
   RefreshNode(n);
+  // p(n) = min(r, max(c, f)), and neither c nor f depends on r. A current
+  // rate (not waiting in rate_dirty_) below the old limit is max(c, f)
+  // itself, so the new rate is min(limit, rate): unchanged unless the limit
+  // goes below it. Then ApplyRate need not re-derive it (c(n) walks the books
+  // of every ancestor). The node still queues in rate_dirty_ at this point,
+  // which orders the settlements of the instant.
+  bool rate_current = n.value >= rate_dirty_flag_.size() || !rate_dirty_flag_[n.value];
   UpdateRate(n);
+  if (rate_current && s.rate < old_limit && s.rate <= limit) rate_unchanged_node_ = n.value;
   if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
   if (limit < s.limit || true) {
     // Lowering may let a resting order cross; RefreshNode already queued candidates.

@@ -47,6 +47,7 @@ void MarketEngine::Impl::Settle(NodeId n) {
 }
 
 void MarketEngine::Impl::UpdateRate(NodeId n) {
+  if (n.value == rate_unchanged_node_) rate_unchanged_node_ = UINT32_MAX;
   if (!nodes_[n.value].holder.valid()) return;
   if (rate_dirty_flag_.size() < nodes_.size()) rate_dirty_flag_.resize(nodes_.size(), 0);
   if (!rate_dirty_flag_[n.value]) {
@@ -58,7 +59,9 @@ void MarketEngine::Impl::UpdateRate(NodeId n) {
 // Re-derives p(n); settles first if it changed. True if it did.
 bool MarketEngine::Impl::ApplyRate(NodeId n) {
   NodeState& s = nodes_[n.value];
-  if (!s.holder.valid()) return false;
+  bool unchanged = n.value == rate_unchanged_node_;
+  if (unchanged) rate_unchanged_node_ = UINT32_MAX;
+  if (!s.holder.valid() || unchanged) return false;
   Price f = Floor(n);
   Price p = std::min(s.limit, std::max(Competing(n), f));
   if (p == s.rate) return false;

@@ -92,7 +92,7 @@ Micros MarketEngine::Impl::DecayCrossing(uint32_t i) const {
   if (x < 0 || x < s.base_floor || x >= eff) return kNever;
   // First t with paid - floor(beta * (t - released_at) / 1s) <= x.
   __int128 need = static_cast<__int128>(paid - x) * kMicrosPerSecond;
-  __int128 d = (need + params_.decay_beta - 1) / params_.decay_beta;
+  __int128 d = Div128(need + params_.decay_beta - 1, params_.decay_beta);
   __int128 t = released_at + d;
   // A crossing at or before now was applied when the keys were refreshed.
   return t >= kNever || t <= now_ ? kNever : static_cast<Micros>(t);
@@ -111,7 +111,7 @@ void MarketEngine::Impl::RefreshDecay() {
     bool running = false;
     if (active) {
       auto [paid, released_at] = decay_state_.at(i);
-      __int128 dec = static_cast<__int128>(params_.decay_beta) * (now_ - released_at) / kMicrosPerSecond;
+      __int128 dec = Div128(static_cast<__int128>(params_.decay_beta) * (now_ - released_at), kMicrosPerSecond);
       running = dec < paid;
     }
     if (running) {
