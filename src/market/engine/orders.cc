@@ -9,7 +9,8 @@ namespace laissez::market {
 
 void MarketEngine::Impl::RemoveOrderFromTenant(Order& o) {
   Tenant& t = tenants_[o.tenant.value];
-  t.orders.erase(o.id.value);
+  auto it = std::lower_bound(t.orders.begin(), t.orders.end(), o.id.value);
+  if (it != t.orders.end() && *it == o.id.value) t.orders.erase(it);
   Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(o.requested) * o.remaining()));
   t.committed -= rate;
   t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(o.requested, params_.grace);
@@ -192,7 +193,8 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   o.seq = next_seq_++;
   o.state = OrderState::kResting;
   order_slot_.emplace(o.id.value, slot);
-  t.orders.insert(o.id.value);
+  // Ids only grow, so this is an append; the search keeps the list sorted regardless.
+  t.orders.insert(std::upper_bound(t.orders.begin(), t.orders.end(), o.id.value), o.id.value);
   t.committed = static_cast<Price>(std::min<__int128>(kInfPrice, t.committed + add_rate));
   t.committed_need = static_cast<Money>(std::min<__int128>(kInfPrice, t.committed_need + add_need));
   if (spec.locality != Locality::kAny) rel_to_orders_.emplace(spec.rel_to.value, slot);
