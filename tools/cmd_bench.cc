@@ -50,8 +50,11 @@ Cluster Build(uint32_t nodes, uint32_t tenants) {
   }
   c.engine->Compact();  // Builds the index and releases the load's spare capacity.
   c.bytes_nodes = HeapBytes() - before;
+  // The market's deposits must fit in int64 micro-units (CreateTenant refuses
+  // more): from about 8,000 tenants (400k nodes) on, each gets its share.
+  Money balance = std::min<Money>(Money{1} << 50, (kInfPrice - 1) / std::max<uint32_t>(1, tenants));
   for (uint32_t i = 0; i < tenants; ++i) {
-    c.tenants.push_back(*c.engine->CreateTenant(0, "t" + std::to_string(i), Money{1} << 50));
+    c.tenants.push_back(*c.engine->CreateTenant(0, "t" + std::to_string(i), balance));
   }
   const auto& topo = c.engine->topology();
   for (uint32_t v = 0; v < topo.vertex_count(); ++v) {
