@@ -11,6 +11,7 @@ packages=(
   python3-grpcio python3-grpc-tools libcpp-httplib-dev
   pybind11-dev python3-dev python3-pip python3-setuptools
   chromium
+  etcd-server etcd-client
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -270,14 +270,72 @@ Result<pb::Locality> ParseLocalityFlag(const std::string& text) {
 volatile sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
+// One replica of a replicated market (docs/HA.md): whenever the replica must
+// start over (it lost its lease or its fence, or its tail was compacted away)
+// the server is shut down and started again, as a follower that catches up
+// from etcd; while etcd cannot be reached, it retries twice a second.
+int RunReplica(server::ServerOptions o) {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::string last_error;
+  while (!g_stop) {
+    server::Server s(o);
+    Status st = s.Start();
+    if (!st.ok()) {
+      if (st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kFailedPrecondition) {
+        std::fprintf(stderr, "laissez serve: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      if (st.message() != last_error) std::fprintf(stderr, "laissez serve: %s; retrying\n", st.ToString().c_str());
+      last_error = st.message();
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    last_error.clear();
+    // A replica that starts over keeps its port: clients have it in their lists.
+    if (o.listen.size() >= 2 && o.listen.compare(o.listen.size() - 2, 2, ":0") == 0) {
+      o.listen = o.listen.substr(0, o.listen.size() - 1) + std::to_string(s.grpc_port());
+    }
+    std::fprintf(stderr, "laissez serve: replica listening on %s (gRPC port %d)%s%s; etcd %s; journal replayed %llu records\n",
+                 o.listen.c_str(), s.grpc_port(), o.http.empty() ? "" : ", HTTP on ", o.http.empty() ? "" : o.http.c_str(),
+                 o.etcd.c_str(), static_cast<unsigned long long>(s.core().replayed()));
+    bool announced = false;
+    while (!g_stop && !s.replica_lost()) {
+      if (!announced && !s.admin_token().empty() && !s.admin_token_file().empty()) {
+        std::fprintf(stderr, "laissez serve: new market; admin token written to %s (mode 0600)\n",
+                     s.admin_token_file().c_str());
+        announced = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!g_stop) {
+      std::string why = s.replica()->why_lost();
+      std::fprintf(stderr, "laissez serve: stepping down (%s); rejoining as a follower\n",
+                   why.empty() ? "the store failed" : why.c_str());
+    }
+    s.Shutdown();
+  }
+  std::fprintf(stderr, "laissez serve: stopping\n");
+  return 0;
+}
+
 int RunServe(server::ServerOptions o) {
+#ifdef LAISSEZ_HAVE_DASHBOARD
+  o.http_routes = server::dashboard::Install;
+#endif
+  if (!o.etcd.empty()) {
+    if (!o.db.empty()) {
+      std::fprintf(stderr, "laissez serve: --db: not used with --etcd (the journal lives in etcd)\n");
+      return 2;
+    }
+    return RunReplica(o);
+  }
   if (o.db.empty()) {
     std::fprintf(stderr, "laissez serve: --db: required (use :memory: for a throwaway market)\n");
     return 2;
   }
-#ifdef LAISSEZ_HAVE_DASHBOARD
-  o.http_routes = server::dashboard::Install;
-#endif
   server::Server s(o);
   Status st = s.Start();
   if (!st.ok()) {
@@ -561,8 +619,21 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, durable SQLite journal, HTTP metrics)");
     static server::ServerOptions o;
     static int64_t tick_ms = 1000;
-    cmd->add_option("--db", o.db, "SQLite database file (created if missing); :memory: for a throwaway market")
-        ->required();
+    static int64_t snapshot_ms = 10000;
+    cmd->add_option("--db", o.db, "SQLite database file (created if missing); :memory: for a throwaway market. "
+                                  "Required unless --etcd");
+    cmd->add_option("--etcd", o.etcd,
+                    "Run one replica of a replicated market whose journal lives in etcd: HOST:PORT[,HOST:PORT...] "
+                    "(docs/HA.md)");
+    cmd->add_option("--etcd-prefix", o.etcd_prefix, "Key prefix of this market in etcd")->capture_default_str();
+    cmd->add_option("--advertise", o.advertise,
+                    "With --etcd: the gRPC address clients reach this replica at (default 127.0.0.1:PORT)");
+    cmd->add_option("--lease-ttl", o.lease_ttl_s, "With --etcd: election lease TTL in seconds")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 60));
+    cmd->add_option("--snapshot-ms", snapshot_ms, "With --etcd: the leader folds and compacts the journal this often")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
     cmd->add_option("--listen", o.listen, "gRPC address HOST:PORT")->capture_default_str();
     cmd->add_option("--http", o.http, "HTTP address HOST:PORT for /healthz and /metrics");
     cmd->add_option("--tls-cert", o.tls_cert, "TLS certificate chain (PEM)");
@@ -578,6 +649,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     cmd->add_flag("--init", o.init, "Create a new market; refuse to start if the database already holds one");
     cmd->callback([exit_code] {
       o.core.idle_tick = std::chrono::milliseconds(std::max<int64_t>(tick_ms, 1));
+      o.snapshot_every = std::chrono::milliseconds(snapshot_ms);
       *exit_code = RunServe(o);
     });
   }

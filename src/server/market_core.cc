@@ -125,22 +125,15 @@ Status MarketCore::Start(const MarketCreation& creation) {
     if (r.seq != expect) {
       return DataLoss("journal: record " + std::to_string(expect) + " missing (next is " + std::to_string(r.seq) + ")");
     }
-    auto rec = oplog::DecodeRecord(r.line);
-    if (!rec.ok()) return DataLoss("journal: record " + std::to_string(r.seq) + ": " + rec.status().message());
-    market::ApplyResult res = market::Apply(*engine_, rec->op);
-    if (!res.status.ok()) {
-      return DataLoss("journal: record " + std::to_string(r.seq) + " no longer applies: " + res.status.message());
-    }
-    if (rec->created_id != oplog::kNoId && rec->created_id != res.created_id) {
-      return DataLoss("journal: record " + std::to_string(r.seq) + " created id " + std::to_string(res.created_id) +
-                      ", the journal says " + std::to_string(rec->created_id));
-    }
+    LZ_RETURN_IF_ERROR(ApplyRecord(r));
     ++expect;
     return Status::Ok();
   });
   LZ_RETURN_IF_ERROR(st);
   replayed_ = expect - 1;
   next_seq_ = expect;
+  applied_seq_.store(replayed_);
+  follower_.store(options_.follower);
   fresh_ = replayed_ == 0 && tokens.empty();
 
   LZ_ASSIGN_OR_RETURN(std::string identity, store_->Identity());
@@ -159,7 +152,9 @@ Status MarketCore::Start(const MarketCreation& creation) {
   }
 
   // Catch up to the wall clock and make that advance durable before serving;
-  // a new market's creation joins that commit.
+  // a new market's creation joins that commit. A follower commits nothing:
+  // the leader does that (Promote).
+  if (options_.follower) creating = false;
   pending_ = std::make_unique<Pending>();
   MaybeAdvance(/*force=*/true);
   if (creating) {
@@ -173,8 +168,9 @@ Status MarketCore::Start(const MarketCreation& creation) {
       }
     }
   }
-  LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
+  if (!options_.follower) LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
   pending_.reset();
+  applied_seq_.store(next_seq_ - 1);
   metrics_->journal_seq = static_cast<int64_t>(next_seq_ - 1);
   metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
   metrics_->resting_orders.store(static_cast<int64_t>(engine_->resting_order_count()), std::memory_order_relaxed);
@@ -245,9 +241,111 @@ void MarketCore::Unsubscribe(const std::shared_ptr<Subscription>& sub) {
 
 void MarketCore::Journal(const std::string& actor, const market::Operation& op, uint64_t created_id) {
   pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalRecord(op, created_id)});
+  applied_seq_.store(next_seq_ - 1);
+}
+
+Status MarketCore::ApplyRecord(const JournalRecord& r) {
+  auto rec = oplog::DecodeRecord(r.line);
+  if (!rec.ok()) return DataLoss("journal: record " + std::to_string(r.seq) + ": " + rec.status().message());
+  market::ApplyResult res = market::Apply(*engine_, rec->op);
+  if (!res.status.ok()) {
+    return DataLoss("journal: record " + std::to_string(r.seq) + " no longer applies: " + res.status.message());
+  }
+  if (rec->created_id != oplog::kNoId && rec->created_id != res.created_id) {
+    return DataLoss("journal: record " + std::to_string(r.seq) + " created id " + std::to_string(res.created_id) +
+                    ", the journal says " + std::to_string(rec->created_id));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Replication.
+
+void MarketCore::SetLeaderHint(std::string address) {
+  std::lock_guard lock(hint_mu_);
+  leader_hint_ = std::move(address);
+}
+
+std::string MarketCore::LeaderHint() const {
+  std::lock_guard lock(hint_mu_);
+  return leader_hint_;
+}
+
+Status MarketCore::RunAndWait(Work work) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status st;
+  };
+  auto s = std::make_shared<State>();
+  Submit("server", std::move(work), [s](const Status& durable) {
+    std::lock_guard lock(s->mu);
+    s->done = true;
+    if (s->st.ok()) s->st = durable;
+    s->cv.notify_one();
+  });
+  std::unique_lock lock(s->mu);
+  s->cv.wait(lock, [&] { return s->done; });
+  return s->st;
+}
+
+Status MarketCore::Replicate(std::vector<JournalRecord> records, std::vector<TokenRecord> tokens) {
+  auto result = std::make_shared<Status>();
+  Status st = RunAndWait([this, result, records = std::move(records), tokens = std::move(tokens)](WriterContext&) {
+    for (const auto& t : tokens) {
+      tokens_->Put(t);
+      next_token_id_ = std::max(next_token_id_, t.id + 1);
+    }
+    for (const auto& r : records) {
+      if (r.seq < next_seq_) continue;
+      if (r.seq > next_seq_) {
+        *result = DataLoss("journal: record " + std::to_string(next_seq_) + " missing (next is " +
+                           std::to_string(r.seq) + ")");
+        return;
+      }
+      Status s = ApplyRecord(r);
+      if (!s.ok()) {
+        *result = s;
+        return;
+      }
+      applied_seq_.store(next_seq_++);
+    }
+  });
+  LZ_RETURN_IF_ERROR(st);
+  return *result;
+}
+
+Status MarketCore::Promote(MarketCreation creation) {
+  auto result = std::make_shared<Status>();
+  Status st = RunAndWait([this, result, creation = std::move(creation)](WriterContext&) {
+    bool empty = next_seq_ == 1;
+    follower_.store(false);
+    batch_advanced_ = true;
+    MaybeAdvance(/*force=*/true);
+    if (empty) {
+      if (creation.create) {
+        pending_->batch.identity = creation.identity.empty() ? NewIdentity() : creation.identity;
+        WriterContext ctx(this, &creation.actor);
+        Status s = creation.create(ctx);
+        if (!s.ok()) *result = s;
+      }
+    }
+  });
+  LZ_RETURN_IF_ERROR(st);
+  return *result;
+}
+
+Status WriterContext::Writable() const {
+  if (!core_->follower_.load()) return Status::Ok();
+  std::string leader = core_->LeaderHint();
+  return Unavailable("not the leader: this replica follows" +
+                     (leader.empty() ? std::string("; no leader is elected yet, retry")
+                                     : "; the leader is " + leader + " (leader=" + leader + ")"));
 }
 
 bool MarketCore::MaybeAdvance(bool force) {
+  if (follower_.load()) return false;
   Micros t = options_.clock();
   Micros now = engine_->now();
   if (t <= now) return false;
@@ -267,6 +365,7 @@ void MarketCore::AdvanceForMutation() {
 }
 
 market::ApplyResult WriterContext::Apply(market::OpBody body) {
+  if (Status w = Writable(); !w.ok()) return {std::move(w), UINT64_MAX};
   core_->AdvanceForMutation();
   market::Operation op{core_->engine_->now(), std::move(body)};
   // The server accepts only what replay accepts: the shared field checks

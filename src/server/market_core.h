@@ -113,6 +113,9 @@ struct CoreOptions {
   Micros min_advance = 1000;                           // Skip advances smaller than this while busy.
   size_t max_batch = 4096;                             // Commands per writer batch.
   size_t max_uncommitted = 65536;                      // Journal records the writer may run ahead.
+  // Start as a follower of a replicated market (replica.h): replay, commit
+  // nothing, refuse mutations until Promote.
+  bool follower = false;
 };
 
 // What a new market starts with: runs on a store that holds no market, after
@@ -163,6 +166,23 @@ class MarketCore {
 
   size_t queue_length() const;
 
+  // Replication (replica.h, docs/HA.md). A follower applies only what
+  // Replicate hands it and answers every mutation UNAVAILABLE naming the
+  // leader; it journals no time advances.
+  bool follower() const { return follower_.load(); }
+  void SetFollower(bool follower) { follower_.store(follower); }
+  void SetLeaderHint(std::string address);
+  std::string LeaderHint() const;
+  // The last journal seq applied to the engine.
+  uint64_t applied_seq() const { return applied_seq_.load(); }
+  // Applies `records` (those at or below applied_seq() are skipped; a gap is
+  // DATA_LOSS) and `tokens` on the writer thread, delivers their events to
+  // watchers, and waits until done.
+  Status Replicate(std::vector<JournalRecord> records, std::vector<TokenRecord> tokens);
+  // Makes a follower the leader: catches up to the clock and, on a store
+  // with no market, runs `creation`; waits until that is durable.
+  Status Promote(MarketCreation creation);
+
  private:
   friend class WriterContext;
   struct Command {
@@ -188,6 +208,9 @@ class MarketCore {
   void Render(std::span<const market::Event> events);
   const std::string& TenantName(TenantId id);
   void FailAll(const Status& why);
+  // Applies one journal record to the engine as replay does.
+  Status ApplyRecord(const JournalRecord& r);
+  Status RunAndWait(Work work);
 
   Store* store_;
   TokenTable* tokens_;
@@ -198,6 +221,10 @@ class MarketCore {
   bool fresh_ = false;
   uint64_t replayed_ = 0;
   std::atomic<bool> failed_{false};
+  std::atomic<bool> follower_{false};
+  std::atomic<uint64_t> applied_seq_{0};
+  mutable std::mutex hint_mu_;
+  std::string leader_hint_;
 
   // Writer state (writer thread only after Start).
   uint64_t next_seq_ = 1;
@@ -244,6 +271,8 @@ class WriterContext {
   // A token change committed with this batch; also applied to the token table
   // once durable... and at once, so later commands in the batch see it.
   void PutToken(const TokenRecord& record);
+  // OK on the leader (or a single server); UNAVAILABLE naming the leader on a follower.
+  Status Writable() const;
   uint64_t NextTokenId() { return core_->next_token_id_++; }
   // The name of a tenant (cached).
   const std::string& TenantName(TenantId id) { return core_->TenantName(id); }

@@ -1011,6 +1011,7 @@ class Server::Services {
         if (role != Role::kTenant && !q->tenant().empty()) return InvalidArgument("tenant: only for role tenant");
         std::string token = NewToken();
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_RETURN_IF_ERROR(w.Writable());
           TenantId tenant;
           std::string name = q->name();
           if (role == Role::kTenant) {
@@ -1031,6 +1032,7 @@ class Server::Services {
     grpc::Status RevokeToken(ServerContext* c, const pb::RevokeTokenRequest* q, pb::RevokeTokenResponse*) override {
       return s_->Call("RevokeToken", c, Need::kAdmin, [&](const Principal& p) -> Status {
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          LZ_RETURN_IF_ERROR(w.Writable());
           LZ_ASSIGN_OR_RETURN(TokenRecord t, s_->s_->tokens_.Get(q->token_id()));
           if (t.revoked) return Status::Ok();  // Idempotent.
           t.revoked = true;
@@ -1124,7 +1126,13 @@ Status Server::PrepareCreation(MarketCreation* creation) {
   std::string token;
   std::string pending = store_->PendingIdentity();
   const std::string& file = options_.admin_token_file;
-  if (!options_.db.empty()) {
+  bool replicated = !options_.etcd.empty();
+  if (replicated) {
+    // Any replica may be the one that creates the market: the one elected
+    // first on an empty etcd. It writes its admin-token file then (replacing
+    // one left by a replica that prepared a creation and never committed it).
+    creation->identity = NewIdentity();
+  } else if (!options_.db.empty()) {
     std::string side = SidecarPath(options_.db);
     if (!pending.empty()) {
       // A creation that began (sidecar written) but never committed: nothing
@@ -1148,7 +1156,7 @@ Status Server::PrepareCreation(MarketCreation* creation) {
   }
   if (token.empty()) {
     token = NewToken();
-    if (!file.empty()) LZ_RETURN_IF_ERROR(WriteNewTokenFile(file, token));
+    if (!file.empty() && !replicated) LZ_RETURN_IF_ERROR(WriteNewTokenFile(file, token));
   }
 
   std::vector<topology::NodeInfo> nodes;
@@ -1158,7 +1166,14 @@ Status Server::PrepareCreation(MarketCreation* creation) {
     nodes = std::move(spec->nodes);
   }
   creation->actor = nodes.empty() ? "server" : "operator:cluster-file";
-  creation->create = [this, token, nodes = std::move(nodes)](WriterContext& w) -> Status {
+  creation->create = [this, token, nodes = std::move(nodes), replicated, file](WriterContext& w) -> Status {
+    if (replicated && !file.empty()) {
+      ::unlink((file + ".new").c_str());
+      LZ_RETURN_IF_ERROR(WriteNewTokenFile(file + ".new", token));
+      if (::rename((file + ".new").c_str(), file.c_str()) != 0) {
+        return Unavailable("admin_token_file: cannot create " + file + ": " + std::strerror(errno));
+      }
+    }
     for (size_t i = 0; i < nodes.size(); ++i) {
       Status st = w.Apply(market::OpAddNode{nodes[i]}).status;
       if (!st.ok()) return InvalidArgument("cluster: nodes[" + std::to_string(i) + "]: " + st.message());
@@ -1212,7 +1227,15 @@ Status Server::Start() {
   if (options_.tls_cert.empty() != options_.tls_key.empty()) {
     return InvalidArgument("tls: give both --tls-cert and --tls-key");
   }
-  if (options_.db.empty()) {
+  if (!options_.etcd.empty()) {
+    LZ_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(options_.etcd));
+    auto store = std::make_unique<EtcdStore>(client, options_.etcd_prefix);
+    // Replay and the follower's watch start from one revision.
+    LZ_RETURN_IF_ERROR(store->Pin().status());
+    etcd_store_ = store.get();
+    store_ = std::move(store);
+    options_.core.follower = true;
+  } else if (options_.db.empty()) {
     store_ = NewMemoryStore();
   } else {
     LZ_ASSIGN_OR_RETURN(store_, OpenSqliteStore(options_.db));
@@ -1260,6 +1283,21 @@ Status Server::Start() {
     return Unavailable("listen: cannot listen on " + options_.listen);
   }
 
+  if (etcd_store_) {
+    ReplicaOptions ro;
+    ro.etcd = options_.etcd;
+    ro.prefix = options_.etcd_prefix;
+    ro.advertise = options_.advertise.empty() ? "127.0.0.1:" + std::to_string(grpc_port_) : options_.advertise;
+    ro.lease_ttl_s = options_.lease_ttl_s;
+    ro.snapshot_every = options_.snapshot_every;
+    replica_ = std::make_unique<Replica>(ro, etcd_store_, core_.get(), creation);
+    if (Status st = replica_->Start(); !st.ok()) {
+      grpc_->Shutdown();
+      core_->Stop();
+      return st;
+    }
+  }
+
   if (!options_.http.empty()) {
     HttpLimits limits;
     limits.max_body_bytes = options_.http_max_body_bytes;
@@ -1299,8 +1337,15 @@ void Server::InstallHttpRoutes() {
     bool ok = !core_->failed();
     res.status = ok ? 200 : 503;
     res.set_header("Cache-Control", "no-store");
+    std::string ha;
+    if (replica_) {
+      // A replica also says its role, how far it has applied the journal and who leads.
+      ha = std::string(",\"role\":\"") + (core_->follower() ? "follower" : "leader") +
+           "\",\"applied_seq\":" + std::to_string(core_->applied_seq()) + ",\"leader\":\"" +
+           replica_->leader_address() + "\"";
+    }
     res.set_content(std::string("{\"status\":\"") + (ok ? "ok" : "failed") +
-                        "\",\"engine_time_us\":" + std::to_string(metrics_.engine_time_us.load()) + "}\n",
+                        "\",\"engine_time_us\":" + std::to_string(metrics_.engine_time_us.load()) + ha + "}\n",
                     "application/json");
   });
   r.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
@@ -1327,6 +1372,9 @@ void Server::Shutdown() {
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
   if (core_) core_->Stop();
+  // A leader that stops revokes its lease (after its last commit), so another
+  // replica takes over at once.
+  if (replica_) replica_->Stop();
 }
 
 void Server::Wait() {

@@ -23,6 +23,7 @@
 #include "server/http.h"
 #include "server/market_core.h"
 #include "server/metrics.h"
+#include "server/replica.h"
 #include "server/store.h"
 
 namespace grpc {
@@ -59,6 +60,14 @@ struct ServerOptions {
   size_t http_max_body_bytes = 64 << 10;
   int max_message_bytes = 1 << 20;  // Larger requests are refused (RESOURCE_EXHAUSTED).
   CoreOptions core;
+  // A replicated market (docs/HA.md): etcd endpoints "HOST:PORT,..."; the
+  // journal lives in etcd under `etcd_prefix` and `db` is not used. This
+  // server is one replica: a follower until it wins the election.
+  std::string etcd;
+  std::string etcd_prefix = "/laissez/";
+  std::string advertise;  // The gRPC address clients reach this replica at; default 127.0.0.1:PORT.
+  int lease_ttl_s = 2;
+  std::chrono::milliseconds snapshot_every{10000};
   // Adds routes to the HTTP listener before it starts (the dashboard, issue 6).
   std::function<void(class Server&)> http_routes;
 };
@@ -99,6 +108,10 @@ class Server {
   Store& store() { return *store_; }
   // Null when no --http was given. Add routes before Start.
   HttpServer* http() { return http_.get(); }
+  // Replicated market: null without --etcd.
+  Replica* replica() { return replica_.get(); }
+  // True when this replica must start over (replica.h): shut it down and start a new Server.
+  bool replica_lost() const { return replica_ && (replica_->lost() || core_->failed()); }
 
  private:
   class Services;
@@ -118,6 +131,8 @@ class Server {
   std::string admin_token_;
   std::string cluster_note_;
   std::unique_ptr<RateLimiter> limiter_;
+  EtcdStore* etcd_store_ = nullptr;
+  std::unique_ptr<Replica> replica_;
   bool shut_down_ = false;
 };
 
