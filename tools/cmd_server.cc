@@ -195,21 +195,30 @@ void AddClientFlags(CLI::App* c, ClientFlags* f) {
   c->add_flag("--json", f->json, "Print one JSON document (micro-units, microsecond times)");
 }
 
+// --server may list several replicas of a replicated market (docs/HA.md):
+// calls go to one, and move to the leader after an UNAVAILABLE that Retryable
+// allows (grpc_client.h).
 class Client {
  public:
-  explicit Client(const ClientFlags& f) : flags_(f) {}
+  explicit Client(const ClientFlags& f) : flags_(f), endpoints_(f.server) {}
   Status Open() {
     LZ_ASSIGN_OR_RETURN(token_, server::ReadTokenFile(flags_.token_file, "token-file"));
-    server::ConnectOptions o;
-    o.address = flags_.server;
-    o.token = token_;
-    o.tls_ca = flags_.tls_ca;
-    auto ch = server::MakeChannel(o);
-    tenant = pb::TenantService::NewStub(ch);
-    op = pb::OperatorService::NewStub(ch);
-    admin = pb::AdminService::NewStub(ch);
+    Dial();
     return Status::Ok();
   }
+  // After a failed call: true, with the stubs on another endpoint, if the
+  // call may be sent again and the failover budget is not spent.
+  bool Failover(const grpc::Status& g, bool idempotent) {
+    if (!server::Retryable(g.error_code(), g.error_message(), idempotent)) return false;
+    auto now = std::chrono::steady_clock::now();
+    if (first_failure_ == std::chrono::steady_clock::time_point()) first_failure_ = now;
+    if (now - first_failure_ > std::chrono::milliseconds(server::kFailoverBudgetMs)) return false;
+    endpoints_.Next(g.error_message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Dial();
+    return true;
+  }
+  const std::string& address() const { return endpoints_.current(); }
   std::unique_ptr<grpc::ClientContext> Ctx(int timeout_s = 30) const {
     auto c = std::make_unique<grpc::ClientContext>();
     c->AddMetadata("authorization", "Bearer " + token_);
@@ -223,8 +232,20 @@ class Client {
   std::unique_ptr<pb::AdminService::Stub> admin;
 
  private:
+  void Dial() {
+    server::ConnectOptions o;
+    o.address = endpoints_.current();
+    o.token = token_;
+    o.tls_ca = flags_.tls_ca;
+    auto ch = server::MakeChannel(o);
+    tenant = pb::TenantService::NewStub(ch);
+    op = pb::OperatorService::NewStub(ch);
+    admin = pb::AdminService::NewStub(ch);
+  }
   ClientFlags flags_;
+  server::Endpoints endpoints_;
   std::string token_;
+  std::chrono::steady_clock::time_point first_failure_{};
 };
 
 // Runs one unary call: opens the client, builds the request, prints the reply.
@@ -241,6 +262,10 @@ int RunCall(const ClientFlags& f, const std::function<Status()>& prepare,
   if (!st.ok()) return Fail(f.json, st);
   Resp resp;
   grpc::Status g = call(c, &resp);
+  while (!g.ok() && c.Failover(g, /*idempotent=*/false)) {
+    resp.Clear();
+    g = call(c, &resp);
+  }
   if (!g.ok()) return Fail(f.json, g.error_code(), g.error_message());
   if (f.json) {
     std::cout << ToJson(resp).dump() << "\n";
@@ -457,13 +482,16 @@ int RunBenchServer(const BenchFlags& b) {
     n->set_row("r");
     n->set_rack("k");
     pb::AddNodesResponse r;
-    grpc::Status g = admin.op->AddNodes(admin.Ctx().get(), q, &r);
+    grpc::Status g;
+    do g = admin.op->AddNodes(admin.Ctx().get(), q, &r);
+    while (!g.ok() && admin.Failover(g, false));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: add node: " + g.error_message());
     pb::SetFloorRequest fq;
     fq.set_node(tag + "-n0");
     fq.set_price(1'000'000 * kMicroUnits);
     pb::PolicyResponse fr;
-    g = admin.op->SetFloor(admin.Ctx().get(), fq, &fr);
+    do g = admin.op->SetFloor(admin.Ctx().get(), fq, &fr);
+    while (!g.ok() && admin.Failover(g, false));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: floor: " + g.error_message());
   }
   struct Worker {
@@ -478,7 +506,9 @@ int RunBenchServer(const BenchFlags& b) {
     q.set_name(tag + "-t" + std::to_string(i));
     q.set_balance(1'000'000'000 * kMicroUnits);
     pb::CreateTenantResponse r;
-    grpc::Status g = admin.admin->CreateTenant(admin.Ctx().get(), q, &r);
+    grpc::Status g;
+    do g = admin.admin->CreateTenant(admin.Ctx().get(), q, &r);
+    while (!g.ok() && admin.Failover(g, false));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: create tenant: " + g.error_message());
     workers[static_cast<size_t>(i)].token = r.token();
     pb::PlaceOrderRequest pq;
@@ -486,82 +516,107 @@ int RunBenchServer(const BenchFlags& b) {
     pq.set_price(10 * kMicroUnits);
     pb::PlaceOrderResponse pr;
     auto ctx = admin.Ctx();
-    grpc::ClientContext tctx;
-    tctx.AddMetadata("authorization", "Bearer " + r.token());
-    g = admin.tenant->PlaceOrder(&tctx, pq, &pr);
+    do {
+      grpc::ClientContext tctx;
+      tctx.AddMetadata("authorization", "Bearer " + r.token());
+      g = admin.tenant->PlaceOrder(&tctx, pq, &pr);
+    } while (!g.ok() && admin.Failover(g, false));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: place order: " + g.error_message());
     workers[static_cast<size_t>(i)].order = pr.order();
   }
 
-  server::ConnectOptions co;
-  co.address = b.client.server;
-  co.tls_ca = b.client.tls_ca;
+  // Workers start at the endpoint the setup reached (the leader) and fail
+  // over like the CLI: an update sets an absolute price, so one that was not
+  // acknowledged is simply sent again to the new leader.
+  std::string first = admin.address() + "," + b.client.server;
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
   auto t0 = std::chrono::steady_clock::now();
   auto until = t0 + std::chrono::milliseconds(static_cast<int64_t>(b.seconds * 1000));
   std::vector<std::thread> threads;
   for (auto& w : workers) {
-    threads.emplace_back([&w, &b, &co, until] {
-      // Each tenant has its own channel, as separate clients would.
-      grpc::ChannelArguments args;
-      args.SetInt("grpc.use_local_subchannel_pool", 1);
-      auto ch = grpc::CreateCustomChannel(co.address, grpc::InsecureChannelCredentials(), args);
-      auto stub = pb::TenantService::NewStub(ch);
+    threads.emplace_back([&w, &b, &first, until] {
+      server::Endpoints eps(first);
       w.lat_ms.reserve(1 << 20);
       int64_t price_base = 10 * kMicroUnits;
-      if (b.mode == "unary") {
-        for (uint64_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
-          pb::UpdateOrderRequest q;
-          q.set_order(w.order);
-          q.set_price(price_base + static_cast<int64_t>(i % 100));
-          pb::UpdateOrderResponse r;
+      while (std::chrono::steady_clock::now() < until) {
+        // Each tenant has its own channel, as separate clients would.
+        grpc::ChannelArguments args;
+        args.SetInt("grpc.use_local_subchannel_pool", 1);
+        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+        auto ch = grpc::CreateCustomChannel(eps.current(), grpc::InsecureChannelCredentials(), args);
+        auto stub = pb::TenantService::NewStub(ch);
+        std::string failure;
+        if (b.mode == "unary") {
+          for (uint64_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
+            pb::UpdateOrderRequest q;
+            q.set_order(w.order);
+            q.set_price(price_base + static_cast<int64_t>(i % 100));
+            pb::UpdateOrderResponse r;
+            grpc::ClientContext ctx;
+            ctx.AddMetadata("authorization", "Bearer " + w.token);
+            auto s = std::chrono::steady_clock::now();
+            grpc::Status g = stub->UpdateOrder(&ctx, q, &r);
+            auto e = std::chrono::steady_clock::now();
+            if (g.ok()) {
+              w.lat_ms.push_back(std::chrono::duration<double, std::milli>(e - s).count());
+              continue;
+            }
+            ++w.errors;
+            if (g.error_code() == grpc::StatusCode::UNAVAILABLE) {
+              failure = g.error_message();
+              break;
+            }
+          }
+        } else {
           grpc::ClientContext ctx;
           ctx.AddMetadata("authorization", "Bearer " + w.token);
-          auto s = std::chrono::steady_clock::now();
-          grpc::Status g = stub->UpdateOrder(&ctx, q, &r);
-          auto e = std::chrono::steady_clock::now();
-          if (!g.ok()) ++w.errors;
-          else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(e - s).count());
+          auto stream = stub->StreamUpdates(&ctx);
+          const size_t ring = 1 << 16;
+          std::vector<std::chrono::steady_clock::time_point> sent(ring);
+          std::mutex mu;
+          std::condition_variable cv;
+          uint64_t next = 0, acked = 0;
+          bool ended = false;
+          std::thread reader([&] {
+            pb::UpdateOrderResponse a;
+            while (stream->Read(&a)) {
+              auto now = std::chrono::steady_clock::now();
+              std::lock_guard lock(mu);
+              if (a.code() != 0) ++w.errors;
+              else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
+              ++acked;
+              cv.notify_all();
+            }
+            std::lock_guard lock(mu);
+            ended = true;
+            cv.notify_all();
+          });
+          for (;;) {
+            pb::UpdateOrderRequest q;
+            {
+              std::unique_lock lock(mu);
+              cv.wait(lock, [&] { return ended || next - acked < static_cast<uint64_t>(b.window); });
+              if (ended || std::chrono::steady_clock::now() >= until) break;
+              q.set_tag(next);
+              sent[next % ring] = std::chrono::steady_clock::now();
+              ++next;
+            }
+            q.set_order(w.order);
+            q.set_price(price_base + static_cast<int64_t>(q.tag() % 100));
+            if (!stream->Write(q)) break;
+          }
+          stream->WritesDone();
+          reader.join();
+          grpc::Status g = stream->Finish();
+          if (!g.ok()) failure = g.error_message();
+          w.errors += next - acked;  // Sent, never acknowledged: the next stream sends new updates.
         }
-        return;
+        if (failure.empty()) break;
+        eps.Next(failure);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      grpc::ClientContext ctx;
-      ctx.AddMetadata("authorization", "Bearer " + w.token);
-      auto stream = stub->StreamUpdates(&ctx);
-      const size_t ring = 1 << 16;
-      std::vector<std::chrono::steady_clock::time_point> sent(ring);
-      std::mutex mu;
-      std::condition_variable cv;
-      uint64_t next = 0, acked = 0;
-      std::thread reader([&] {
-        pb::UpdateOrderResponse a;
-        while (stream->Read(&a)) {
-          auto now = std::chrono::steady_clock::now();
-          std::lock_guard lock(mu);
-          if (a.code() != 0) ++w.errors;
-          else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
-          ++acked;
-          cv.notify_all();
-        }
-      });
-      for (;;) {
-        pb::UpdateOrderRequest q;
-        {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return next - acked < static_cast<uint64_t>(b.window); });
-          if (std::chrono::steady_clock::now() >= until) break;
-          q.set_tag(next);
-          sent[next % ring] = std::chrono::steady_clock::now();
-          ++next;
-        }
-        q.set_order(w.order);
-        q.set_price(price_base + static_cast<int64_t>(q.tag() % 100));
-        if (!stream->Write(q)) break;
-      }
-      stream->WritesDone();
-      reader.join();
-      (void)stream->Finish();
     });
   }
   for (auto& t : threads) t.join();

@@ -119,6 +119,7 @@ Result<AgentReport> RunAgent(const AgentOptions& o, const std::atomic<bool>* sto
   auto start = std::chrono::steady_clock::now();
   auto last_reprice = start - std::chrono::hours(1);
   auto last_refresh = start;
+  auto failover_until = start + std::chrono::milliseconds(kFailoverBudgetMs);
   Status end;
   for (;;) {
     auto now = std::chrono::steady_clock::now();
@@ -138,10 +139,21 @@ Result<AgentReport> RunAgent(const AgentOptions& o, const std::atomic<bool>* sto
     }
     std::vector<market::Event> events;
     Status st = stream->Poll(&events, 100);
+    if (!st.ok() && st.code() == StatusCode::kUnavailable && std::chrono::steady_clock::now() < failover_until) {
+      // A replica went away: watch on another one (the leader), then re-read
+      // everything, since events of the gap are not replayed.
+      client->Failover(st.message());
+      auto again = client->Watch({o.node_type});
+      if (again.ok()) stream = std::move(*again);
+      adapter.MarkDirty();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
     if (!st.ok()) {
       end = st;
       break;
     }
+    failover_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFailoverBudgetMs);
     bool prices = false;
     for (const auto& e : events) prices |= e.type == market::EventType::kPriceChanged;
     if (!events.empty()) adapter.OnEvents(events);

@@ -113,8 +113,10 @@ std::string PrefixEnd(const std::string& prefix) {
 }
 
 void Txn::IfCreateRevision(const std::string& key, int64_t rev) {
-  compares.push_back(
-      {{"target", "CREATE"}, {"result", "EQUAL"}, {"key", Base64Encode(key)}, {"create_revision", std::to_string(rev)}});
+  compares.push_back({{"target", "CREATE"},
+                      {"result", "EQUAL"},
+                      {"key", Base64Encode(key)},
+                      {"create_revision", std::to_string(rev)}});
 }
 json Txn::Put(const std::string& key, const std::string& value, int64_t lease) {
   json p = {{"key", Base64Encode(key)}, {"value", Base64Encode(value)}};
@@ -124,7 +126,8 @@ json Txn::Put(const std::string& key, const std::string& value, int64_t lease) {
 json Txn::Delete(const std::string& key) { return {{"request_delete_range", {{"key", Base64Encode(key)}}}}; }
 json Txn::Get(const std::string& key) { return {{"request_range", {{"key", Base64Encode(key)}}}}; }
 
-Result<std::shared_ptr<Client>> Client::Create(const std::string& endpoints, std::chrono::milliseconds timeout) {
+Result<std::shared_ptr<Client>> Client::Create(const std::string& endpoints,
+                                               std::chrono::milliseconds timeout) {
   std::vector<std::string> list;
   size_t start = 0;
   while (start <= endpoints.size()) {
@@ -232,7 +235,8 @@ Result<int64_t> Client::LeaseGrant(int64_t ttl_seconds) {
 
 Result<int64_t> Client::LeaseKeepAlive(int64_t id) {
   LZ_ASSIGN_OR_RETURN(json j, Call("/v3/lease/keepalive", {{"ID", std::to_string(id)}}));
-  if (j.contains("error")) return Unavailable("etcd: keepalive: " + j["error"].value("message", std::string()));
+  if (j.contains("error"))
+    return Unavailable("etcd: keepalive: " + j["error"].value("message", std::string()));
   return Int(j.value("result", json::object()), "TTL");
 }
 
@@ -279,8 +283,9 @@ Status Client::Watch(const std::string& key, const std::string& range_end, int64
         }
         const json& r = j.value("result", json::object());
         if (Int(r, "compact_revision") > 0 && r.value("canceled", false)) {
-          result = OutOfRange("etcd: watch: revision " + std::to_string(next) + " was compacted (oldest kept " +
-                              std::to_string(Int(r, "compact_revision")) + ")");
+          result =
+              OutOfRange("etcd: watch: revision " + std::to_string(next) + " was compacted (oldest kept " +
+                         std::to_string(Int(r, "compact_revision")) + ")");
           done = true;
           return false;
         }

@@ -21,10 +21,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -77,8 +76,8 @@ struct TxnResult {
 class Client {
  public:
   // INVALID_ARGUMENT naming "etcd" if `endpoints` is empty or malformed. No call is made.
-  static Result<std::shared_ptr<Client>> Create(const std::string& endpoints,
-                                                std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+  static Result<std::shared_ptr<Client>> Create(
+      const std::string& endpoints, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
   Result<RangeResult> Range(const std::string& key, const std::string& range_end = "", int64_t revision = 0,
                             int64_t limit = 0, Sort sort = Sort::kNone, bool keys_only = false);
@@ -97,7 +96,8 @@ class Client {
   // UNAVAILABLE if the stream broke (watch again from the last revision seen).
   Status Watch(const std::string& key, const std::string& range_end, int64_t start_revision,
                const std::function<bool(const std::vector<WatchEvent>&, int64_t revision)>& fn,
-               const std::atomic<bool>* stop, std::chrono::milliseconds poll = std::chrono::milliseconds(500));
+               const std::atomic<bool>* stop,
+               std::chrono::milliseconds poll = std::chrono::milliseconds(500));
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 

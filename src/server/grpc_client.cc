@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "laissez/v1/market.grpc.pb.h"
 
@@ -19,7 +20,8 @@ Status FromGrpc(const grpc::Status& s) {
 }
 
 int64_t SteadyMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -28,7 +30,8 @@ uint8_t ParseReasons(const std::string& text) {
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    for (uint8_t bit = 1; bit != 0 && bit <= market::kReasonRelinquish; bit = static_cast<uint8_t>(bit << 1)) {
+    for (uint8_t bit = 1; bit != 0 && bit <= market::kReasonRelinquish;
+         bit = static_cast<uint8_t>(bit << 1)) {
       if (market::ReasonNames(bit) == part) r |= bit;
     }
   }
@@ -39,7 +42,8 @@ market::Event ToEvent(const pb::Event& e) {
   market::Event out;
   out.time = e.time();
   for (int t = 0; t <= static_cast<int>(market::EventType::kNodeRemoved); ++t) {
-    if (market::EventTypeName(static_cast<market::EventType>(t)) == e.type()) out.type = static_cast<market::EventType>(t);
+    if (market::EventTypeName(static_cast<market::EventType>(t)) == e.type())
+      out.type = static_cast<market::EventType>(t);
   }
   out.reasons = ParseReasons(e.reasons());
   for (int c = 0; c <= static_cast<int>(market::CancelReason::kScopeGone); ++c) {
@@ -63,12 +67,54 @@ market::Event ToEvent(const pb::Event& e) {
 
 market::OrderState ParseOrderState(const std::string& s) {
   for (int i = 0; i <= 3; ++i) {
-    if (market::OrderStateName(static_cast<market::OrderState>(i)) == s) return static_cast<market::OrderState>(i);
+    if (market::OrderStateName(static_cast<market::OrderState>(i)) == s)
+      return static_cast<market::OrderState>(i);
   }
   return market::OrderState::kResting;
 }
 
 }  // namespace
+
+Endpoints::Endpoints(const std::string& list) {
+  std::stringstream ss(list);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (!part.empty()) list_.push_back(part);
+  }
+  if (list_.empty()) list_.push_back(list);
+}
+
+void Endpoints::Next(const std::string& error) {
+  size_t at = error.find("leader=");
+  if (at != std::string::npos) {
+    std::string leader = error.substr(at + 7);
+    size_t end = leader.find_first_of(") ,;");
+    if (end != std::string::npos) leader.resize(end);
+    for (size_t i = 0; i < list_.size(); ++i) {
+      if (list_[i] == leader) {
+        cur_ = i;
+        return;
+      }
+    }
+    if (!leader.empty()) {
+      list_.push_back(leader);  // A replica the caller did not list: try it too.
+      cur_ = list_.size() - 1;
+      return;
+    }
+  }
+  cur_ = (cur_ + 1) % list_.size();
+}
+
+bool Retryable(int code, const std::string& m, bool idempotent) {
+  if (code != static_cast<int>(grpc::StatusCode::UNAVAILABLE)) return false;
+  if (idempotent) return true;
+  for (const char* not_applied :
+       {"not the leader", "failed to connect", "Connection refused", "server: not running",
+        "the store failed; restart the server", "connections to all backends failing"}) {
+    if (m.find(not_applied) != std::string::npos) return true;
+  }
+  return false;
+}
 
 Result<std::string> ReadTokenFile(const std::string& path, std::string_view field) {
   if (path.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
@@ -76,7 +122,8 @@ Result<std::string> ReadTokenFile(const std::string& path, std::string_view fiel
   if (!in) return InvalidArgument(std::string(field) + ": cannot read " + path);
   std::string token;
   std::getline(in, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t'))
+    token.pop_back();
   if (token.empty()) return InvalidArgument(std::string(field) + ": " + path + " is empty");
   return token;
 }
@@ -95,13 +142,44 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ConnectOptions& o) {
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(o.address, creds, args);
+  // A replica that is down should fail over quickly, not wait out reconnection backoff.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(Endpoints(o.address).current(), creds, args);
 }
 
 struct GrpcMarketClient::Impl {
   ConnectOptions options;
+  Endpoints endpoints{""};
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::TenantService::Stub> stub;
+
+  void Dial() {
+    ConnectOptions o = options;
+    o.address = endpoints.current();
+    channel = MakeChannel(o);
+    stub = pb::TenantService::NewStub(channel);
+  }
+  // Runs `call` with a fresh context; on a retryable UNAVAILABLE moves to
+  // another endpoint (the leader) and tries again, for up to kFailoverBudgetMs.
+  template <typename F>
+  Status Call(F call, bool idempotent) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFailoverBudgetMs);
+    int backoff_ms = 50;
+    for (;;) {
+      grpc::ClientContext ctx;
+      Prepare(&ctx);
+      grpc::Status g = call(&ctx);
+      if (g.ok() || !Retryable(g.error_code(), g.error_message(), idempotent) ||
+          std::chrono::steady_clock::now() >= until) {
+        return FromGrpc(g);
+      }
+      endpoints.Next(g.error_message());
+      Dial();
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min(backoff_ms * 2, 500);
+    }
+  }
   pb::TopologyResponse topo;
   std::unordered_map<std::string, uint32_t> vertex_by_name;
   Micros server_now = 0;
@@ -133,7 +211,8 @@ GrpcMarketClient::EventStream::~EventStream() {
 
 Status GrpcMarketClient::EventStream::Poll(std::vector<market::Event>* out, int wait_ms) {
   std::unique_lock lock(impl_->mu);
-  impl_->cv.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return impl_->done || !impl_->queue.empty(); });
+  impl_->cv.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                     [&] { return impl_->done || !impl_->queue.empty(); });
   for (auto& e : impl_->queue) out->push_back(e);
   impl_->queue.clear();
   return impl_->done ? (impl_->end.ok() ? Unavailable("watch: stream ended") : impl_->end) : Status::Ok();
@@ -145,13 +224,13 @@ GrpcMarketClient::~GrpcMarketClient() = default;
 Result<std::unique_ptr<GrpcMarketClient>> GrpcMarketClient::Connect(const ConnectOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->channel = MakeChannel(options);
-  impl->stub = pb::TenantService::NewStub(impl->channel);
+  impl->endpoints = Endpoints(options.address);
+  impl->Dial();
   std::unique_ptr<GrpcMarketClient> c(new GrpcMarketClient(std::move(impl)));
-  grpc::ClientContext ctx;
-  c->impl_->Prepare(&ctx);
   pb::BalanceResponse b;
-  LZ_RETURN_IF_ERROR(FromGrpc(c->impl_->stub->GetBalance(&ctx, pb::GetBalanceRequest(), &b)));
+  Impl& i = *c->impl_;
+  LZ_RETURN_IF_ERROR(i.Call(
+      [&](grpc::ClientContext* ctx) { return i.stub->GetBalance(ctx, pb::GetBalanceRequest(), &b); }, true));
   c->tenant_ = TenantId(b.tenant_id());
   c->tenant_name_ = b.tenant();
   LZ_RETURN_IF_ERROR(c->RefreshTopology());
@@ -161,10 +240,10 @@ Result<std::unique_ptr<GrpcMarketClient>> GrpcMarketClient::Connect(const Connec
 Micros GrpcMarketClient::Now() const { return impl_->server_now + (SteadyMicros() - impl_->server_now_at); }
 
 Status GrpcMarketClient::RefreshTopology() {
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::TopologyResponse r;
-  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->GetTopology(&ctx, pb::GetTopologyRequest(), &r)));
+  LZ_RETURN_IF_ERROR(impl_->Call(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->GetTopology(ctx, pb::GetTopologyRequest(), &r); },
+      true));
   impl_->topo = std::move(r);
   impl_->vertex_by_name.clear();
   for (const auto& v : impl_->topo.vertices()) impl_->vertex_by_name[v.name()] = v.id();
@@ -174,7 +253,8 @@ Status GrpcMarketClient::RefreshTopology() {
 }
 
 std::string GrpcMarketClient::VertexName(VertexId v) const {
-  if (v.value < static_cast<uint32_t>(impl_->topo.vertices_size())) return impl_->topo.vertices(static_cast<int>(v.value)).name();
+  if (v.value < static_cast<uint32_t>(impl_->topo.vertices_size()))
+    return impl_->topo.vertices(static_cast<int>(v.value)).name();
   return std::string();
 }
 
@@ -191,7 +271,8 @@ Result<VertexId> GrpcMarketClient::FindVertex(std::string_view name) {
   if (it == impl_->vertex_by_name.end()) {
     LZ_RETURN_IF_ERROR(RefreshTopology());
     it = impl_->vertex_by_name.find(std::string(name));
-    if (it == impl_->vertex_by_name.end()) return NotFound("vertex: no vertex named \"" + std::string(name) + "\"");
+    if (it == impl_->vertex_by_name.end())
+      return NotFound("vertex: no vertex named \"" + std::string(name) + "\"");
   }
   return VertexId(it->second);
 }
@@ -229,10 +310,9 @@ Result<OrderId> GrpcMarketClient::PlaceOrder(const market::OrderSpec& spec) {
     LZ_ASSIGN_OR_RETURN(std::string rel, NodeName(spec.rel_to));
     q.set_rel_to(rel);
   }
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::PlaceOrderResponse r;
-  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->PlaceOrder(&ctx, q, &r)));
+  LZ_RETURN_IF_ERROR(
+      impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->PlaceOrder(ctx, q, &r); }, false));
   return OrderId(r.order());
 }
 
@@ -240,19 +320,15 @@ Status GrpcMarketClient::UpdateOrder(OrderId order, Price price) {
   pb::UpdateOrderRequest q;
   q.set_order(order.value);
   q.set_price(price);
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::UpdateOrderResponse r;
-  return FromGrpc(impl_->stub->UpdateOrder(&ctx, q, &r));
+  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->UpdateOrder(ctx, q, &r); }, true);
 }
 
 Status GrpcMarketClient::CancelOrder(OrderId order) {
   pb::CancelOrderRequest q;
   q.set_order(order.value);
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::CancelOrderResponse r;
-  return FromGrpc(impl_->stub->CancelOrder(&ctx, q, &r));
+  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->CancelOrder(ctx, q, &r); }, false);
 }
 
 Status GrpcMarketClient::SetLimit(NodeId node, Price limit) {
@@ -260,20 +336,16 @@ Status GrpcMarketClient::SetLimit(NodeId node, Price limit) {
   pb::SetLimitRequest q;
   q.set_node(name);
   q.set_limit(limit);
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::SetLimitResponse r;
-  return FromGrpc(impl_->stub->SetLimit(&ctx, q, &r));
+  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->SetLimit(ctx, q, &r); }, true);
 }
 
 Status GrpcMarketClient::Relinquish(NodeId node) {
   LZ_ASSIGN_OR_RETURN(std::string name, NodeName(node));
   pb::RelinquishRequest q;
   q.set_node(name);
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::RelinquishResponse r;
-  return FromGrpc(impl_->stub->Relinquish(&ctx, q, &r));
+  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->Relinquish(ctx, q, &r); }, false);
 }
 
 Result<market::VertexQuote> GrpcMarketClient::Quote(VertexId vertex, bool with_depth) {
@@ -282,10 +354,9 @@ Result<market::VertexQuote> GrpcMarketClient::Quote(VertexId vertex, bool with_d
   pb::QuoteRequest q;
   q.set_vertex(name);
   q.set_depth(with_depth);
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::QuoteResponse r;
-  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->Quote(&ctx, q, &r)));
+  LZ_RETURN_IF_ERROR(
+      impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->Quote(ctx, q, &r); }, true));
   market::VertexQuote out;
   out.vertex = vertex;
   out.quote = r.quote().quote();
@@ -302,10 +373,9 @@ Result<market::EvictionQuote> GrpcMarketClient::GetEvictionQuote(NodeId node) {
   LZ_ASSIGN_OR_RETURN(std::string name, NodeName(node));
   pb::EvictionQuoteRequest q;
   q.set_node(name);
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::EvictionQuoteResponse r;
-  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->EvictionQuote(&ctx, q, &r)));
+  LZ_RETURN_IF_ERROR(
+      impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->EvictionQuote(ctx, q, &r); }, true));
   market::EvictionQuote e;
   e.node = node;
   e.holder = tenant_;
@@ -321,10 +391,10 @@ Result<market::EvictionQuote> GrpcMarketClient::GetEvictionQuote(NodeId node) {
 }
 
 Result<market::OrderView> GrpcMarketClient::GetOrder(OrderId order) {
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::ListOrdersResponse r;
-  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListOrders(&ctx, pb::ListOrdersRequest(), &r)));
+  LZ_RETURN_IF_ERROR(impl_->Call(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->ListOrders(ctx, pb::ListOrdersRequest(), &r); },
+      true));
   for (const auto& o : r.orders()) {
     if (o.id() != order.value) continue;
     market::OrderView v;
@@ -351,10 +421,10 @@ Result<market::OrderView> GrpcMarketClient::GetOrder(OrderId order) {
 Result<market::TenantView> GrpcMarketClient::Me() {
   market::TenantView v;
   {
-    grpc::ClientContext ctx;
-    impl_->Prepare(&ctx);
     pb::BalanceResponse b;
-    LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->GetBalance(&ctx, pb::GetBalanceRequest(), &b)));
+    LZ_RETURN_IF_ERROR(impl_->Call(
+        [&](grpc::ClientContext* ctx) { return impl_->stub->GetBalance(ctx, pb::GetBalanceRequest(), &b); },
+        true));
     v.id = TenantId(b.tenant_id());
     v.name = b.tenant();
     v.balance = b.balance();
@@ -366,28 +436,33 @@ Result<market::TenantView> GrpcMarketClient::Me() {
     v.exhausted = b.exhausted();
   }
   {
-    grpc::ClientContext ctx;
-    impl_->Prepare(&ctx);
     pb::ListNodesResponse r;
-    LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListNodes(&ctx, pb::ListNodesRequest(), &r)));
+    LZ_RETURN_IF_ERROR(impl_->Call(
+        [&](grpc::ClientContext* ctx) { return impl_->stub->ListNodes(ctx, pb::ListNodesRequest(), &r); },
+        true));
     for (const auto& n : r.nodes()) v.nodes.push_back(NodeId(n.node_id()));
   }
   {
-    grpc::ClientContext ctx;
-    impl_->Prepare(&ctx);
     pb::ListOrdersResponse r;
-    LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListOrders(&ctx, pb::ListOrdersRequest(), &r)));
+    LZ_RETURN_IF_ERROR(impl_->Call(
+        [&](grpc::ClientContext* ctx) { return impl_->stub->ListOrders(ctx, pb::ListOrdersRequest(), &r); },
+        true));
     for (const auto& o : r.orders()) v.orders.push_back(OrderId(o.id()));
   }
   return v;
 }
 
 Result<Money> GrpcMarketClient::Balance() {
-  grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
   pb::BalanceResponse b;
-  LZ_RETURN_IF_ERROR(FromGrpc(impl_->stub->GetBalance(&ctx, pb::GetBalanceRequest(), &b)));
+  LZ_RETURN_IF_ERROR(impl_->Call(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->GetBalance(ctx, pb::GetBalanceRequest(), &b); },
+      true));
   return b.available();
+}
+
+void GrpcMarketClient::Failover(const std::string& error) {
+  impl_->endpoints.Next(error);
+  impl_->Dial();
 }
 
 Result<std::unique_ptr<GrpcMarketClient::EventStream>> GrpcMarketClient::Watch(

@@ -30,8 +30,38 @@ class Channel;
 
 namespace laissez::server {
 
+// The endpoints of a market: one address, or the replicas of a replicated
+// market (docs/HA.md), "HOST:PORT,HOST:PORT,...". Calls go to the current
+// one; after an UNAVAILABLE the caller may move on (Next) and retry.
+class Endpoints {
+ public:
+  explicit Endpoints(const std::string& list);
+  const std::string& current() const { return list_[cur_]; }
+  size_t size() const { return list_.size(); }
+  // Moves on after `error`: to the leader it names ("leader=HOST:PORT", a
+  // follower's refusal), else to the next endpoint.
+  void Next(const std::string& error);
+
+ private:
+  std::vector<std::string> list_;
+  size_t cur_ = 0;
+};
+
+// Whether a call that failed with (`code`, `message`) may be sent again to
+// another endpoint. Any UNAVAILABLE if the call is `idempotent` (reads, and
+// updates that set a value: UpdateOrder, SetLimit); otherwise only an
+// UNAVAILABLE that proves the call was not applied: a follower refused it, it
+// never reached a server, or the server had stopped before taking it. A
+// leader that died while committing gives an ambiguous error, which is
+// returned to the caller.
+bool Retryable(int code, const std::string& message, bool idempotent);
+
+// How long clients keep failing over before they give up (a new leader is
+// normally elected within the lease TTL, 2 s by default).
+inline constexpr int kFailoverBudgetMs = 15000;
+
 struct ConnectOptions {
-  std::string address;         // "HOST:PORT".
+  std::string address;         // "HOST:PORT", or several: "HOST:PORT,HOST:PORT" (replicas).
   std::string token;           // Bearer token.
   std::string tls_ca;          // PEM file of the CA; "" for a plaintext channel.
   int timeout_ms = 10000;      // Per call.
@@ -90,6 +120,11 @@ class GrpcMarketClient final : public sdk::MarketClient {
   };
   // Opens the stream and waits until the server has registered it.
   Result<std::unique_ptr<EventStream>> Watch(const std::vector<std::string>& vertices);
+  // After a stream or call failed with UNAVAILABLE `error`: moves to another
+  // endpoint (the leader it names, else the next one). Open a new Watch then;
+  // events between the old stream's end and the new one's start are not
+  // replayed, so re-read state (docs/HA.md, "Clients").
+  void Failover(const std::string& error);
 
  private:
   struct Impl;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 namespace laissez::server {
@@ -34,7 +33,8 @@ std::string EncodeJournalChunk(const std::vector<JournalRecord>& records) {
   std::string out;
   for (const auto& r : records) {
     std::string actor = r.actor;
-    std::replace_if(actor.begin(), actor.end(), [](char c) { return c == '\t' || c == '\n'; }, '?');
+    std::replace_if(
+        actor.begin(), actor.end(), [](char c) { return c == '\t' || c == '\n'; }, '?');
     out += std::to_string(r.seq);
     out += '\t';
     out += actor;
@@ -68,7 +68,7 @@ Result<std::vector<JournalRecord>> DecodeJournalChunk(std::string_view value) {
 }
 
 std::string TokenToJson(const TokenRecord& t) {
-  return json{{"id", t.id},     {"hash", t.hash},       {"role", t.role},        {"tenant_id", t.tenant_id},
+  return json{{"id", t.id},     {"hash", t.hash},       {"role", t.role},      {"tenant_id", t.tenant_id},
               {"name", t.name}, {"revoked", t.revoked}, {"created", t.created}}
       .dump();
 }
@@ -108,13 +108,15 @@ void EtcdStore::Fence(std::string key, int64_t rev) {
 Status EtcdStore::CommitTxn(etcd::Txn txn) {
   {
     std::lock_guard lock(fence_mu_);
-    if (fence_rev_ == 0) return FailedPrecondition("etcd: this replica is not the leader; nothing was appended");
+    if (fence_rev_ == 0)
+      return FailedPrecondition("etcd: this replica is not the leader; nothing was appended");
     txn.IfCreateRevision(fence_key_, fence_rev_);
   }
   LZ_ASSIGN_OR_RETURN(etcd::TxnResult r, client_->Commit(txn));
   if (!r.succeeded) {
-    return FailedPrecondition("etcd: fenced: this replica's election key is gone or replaced, so it is no longer "
-                              "the leader; nothing was appended");
+    return FailedPrecondition(
+        "etcd: fenced: this replica's election key is gone or replaced, so it is no longer "
+        "the leader; nothing was appended");
   }
   return Status::Ok();
 }
@@ -164,8 +166,8 @@ Status EtcdStore::ReadJournal(uint64_t after, const std::function<Status(const J
   const std::string end = etcd::PrefixEnd(jp);
   int64_t rev = pinned_;
   // The chunk that holds seq after+1 starts at or before it.
-  LZ_ASSIGN_OR_RETURN(etcd::RangeResult first,
-                      client_->Range(jp, jp + Padded(after + 1) + '\0', rev, 1, etcd::Sort::kKeyDescend, true));
+  LZ_ASSIGN_OR_RETURN(etcd::RangeResult first, client_->Range(jp, jp + Padded(after + 1) + '\0', rev, 1,
+                                                              etcd::Sort::kKeyDescend, true));
   if (rev == 0) rev = first.revision;  // One revision for every page.
   std::string from = first.kvs.empty() ? jp : first.kvs.front().key;
   for (;;) {
@@ -363,8 +365,8 @@ Status Replica::Promote() {
   LZ_ASSIGN_OR_RETURN(std::string identity, store_->Identity());
   LZ_RETURN_IF_ERROR(core_->Promote(identity.empty() ? creation_ : MarketCreation()));
   leader_.store(true);
-  std::fprintf(stderr, "laissez serve: elected leader (%s); journal at seq %llu\n", options_.advertise.c_str(),
-               static_cast<unsigned long long>(core_->applied_seq()));
+  std::fprintf(stderr, "laissez serve: elected leader (%s); journal at seq %llu\n",
+               options_.advertise.c_str(), static_cast<unsigned long long>(core_->applied_seq()));
   return Status::Ok();
 }
 

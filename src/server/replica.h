@@ -87,10 +87,10 @@ std::string TokenToJson(const TokenRecord& t);
 Result<TokenRecord> TokenFromJson(std::string_view s);
 
 struct ReplicaOptions {
-  std::string etcd;                 // Endpoints, "HOST:PORT,...".
+  std::string etcd;  // Endpoints, "HOST:PORT,...".
   std::string prefix = "/laissez/";
-  std::string advertise;            // This replica's gRPC address for clients.
-  int lease_ttl_s = 2;              // Election lease TTL; a dead leader is replaced after about this long.
+  std::string advertise;  // This replica's gRPC address for clients.
+  int lease_ttl_s = 2;    // Election lease TTL; a dead leader is replaced after about this long.
   std::chrono::milliseconds snapshot_every{10000};  // Fold + compact period of the leader.
 };
 
