@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo demo-run test test-asan bench reliability fuzz clean
+.PHONY: all deps configure build demo demo-run ha-demo test test-asan bench reliability fuzz clean
 
 all: build
 
@@ -29,6 +29,10 @@ demo: build
 demo-run: build
 	/usr/bin/python3 python/examples/run_demo.py --laissez $(BUILD)/laissez
 
+# A local replicated market: three etcd members, three replicas (docs/HA.md).
+ha-demo: build
+	bash scripts/ha-demo.sh $(BUILD)
+
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
@@ -44,6 +48,7 @@ bench: build
 # Crash recovery under load with 100 SIGKILL points (CI runs 3 in `make test`).
 reliability: build
 	bash tests/reliability/crash_recovery.sh --points 100 --build $(BUILD)
+	/usr/bin/python3 tests/reliability/ha_test.py --build $(BUILD) --kills 100 kill fence members join
 
 # libFuzzer over request decoding and validation (clang++), bounded in time.
 FUZZ_SECONDS ?= 60

@@ -28,6 +28,7 @@
 #include "common/time_format.h"
 #include "laissez/v1/market.grpc.pb.h"
 #include "server/agent.h"
+#include "server/etcd.h"
 #include "server/grpc_client.h"
 #include "server/live_demo.h"
 #include "server/server.h"
@@ -337,8 +338,15 @@ int RunReplica(server::ServerOptions o) {
     }
     if (!g_stop) {
       std::string why = s.replica()->why_lost();
-      std::fprintf(stderr, "laissez serve: stepping down (%s); rejoining as a follower\n",
-                   why.empty() ? "the store failed" : why.c_str());
+      if (why.empty()) why = "the store failed";
+      std::fprintf(stderr, "laissez serve: stepping down (%s); rejoining as a follower\n", why.c_str());
+      // Until etcd answers again (a quorum is back), this server stays up and
+      // refuses every call with the reason, rather than closing its port.
+      s.core().Refuse("this replica stepped down: " + why + "; waiting for etcd");
+      auto etcd = server::etcd::Client::Create(o.etcd);
+      while (!g_stop && etcd.ok() && !(*etcd)->Range(o.etcd_prefix + "identity").ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
     }
     s.Shutdown();
   }

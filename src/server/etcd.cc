@@ -39,6 +39,9 @@ httplib::Client& Connection(const std::string& endpoint, std::chrono::millisecon
   if (!c) {
     c = std::make_unique<httplib::Client>("http://" + endpoint);
     c->set_keep_alive(true);
+    // Headers and body leave in separate writes: without TCP_NODELAY, Nagle's
+    // algorithm and the peer's delayed ACK add ~40 ms to every call.
+    c->set_tcp_nodelay(true);
     auto s = timeout.count() / 1000, us = (timeout.count() % 1000) * 1000;
     c->set_connection_timeout(s, us);
     c->set_read_timeout(s, us);
@@ -254,6 +257,7 @@ Status Client::Watch(const std::string& key, const std::string& range_end, int64
   while (!(stop && stop->load())) {
     const std::string& ep = endpoints_[current_.load() % endpoints_.size()];
     httplib::Client cli("http://" + ep);
+    cli.set_tcp_nodelay(true);
     cli.set_connection_timeout(timeout_.count() / 1000, (timeout_.count() % 1000) * 1000);
     // An idle stream times out after `poll`: check `stop`, then watch again from `next`.
     cli.set_read_timeout(poll.count() / 1000, (poll.count() % 1000) * 1000);

@@ -210,7 +210,7 @@ void MarketCore::Submit(std::string actor, Work work, Done done) {
       return;
     }
   }
-  done(Unavailable(failed_.load() ? "server: the store failed; restart the server" : "server: not running"));
+  done(Unavailable(failed_.load() ? FailedMessage() : "server: not running"));
 }
 
 size_t MarketCore::queue_length() const {
@@ -264,6 +264,29 @@ Status MarketCore::ApplyRecord(const JournalRecord& r) {
 void MarketCore::SetLeaderHint(std::string address) {
   std::lock_guard lock(hint_mu_);
   leader_hint_ = std::move(address);
+}
+
+void MarketCore::Refuse(std::string why) {
+  {
+    std::lock_guard lock(hint_mu_);
+    step_down_why_ = std::move(why);
+  }
+  failed_.store(true);
+}
+
+std::string MarketCore::FailedMessage() const {
+  std::lock_guard lock(hint_mu_);
+  return "server: the store failed; restart the server" +
+         (step_down_why_.empty() ? std::string() : " (" + step_down_why_ + ")");
+}
+
+void MarketCore::StepDown(std::string why) {
+  {
+    std::lock_guard lock(hint_mu_);
+    step_down_why_ = std::move(why);
+    leader_hint_.clear();
+  }
+  follower_.store(true);
 }
 
 std::string MarketCore::LeaderHint() const {
@@ -339,6 +362,12 @@ Status MarketCore::Promote(MarketCreation creation) {
 Status WriterContext::Writable() const {
   if (!core_->follower_.load()) return Status::Ok();
   std::string leader = core_->LeaderHint();
+  {
+    std::lock_guard lock(core_->hint_mu_);
+    if (!core_->step_down_why_.empty()) {
+      return Unavailable("not the leader: this replica stepped down (" + core_->step_down_why_ + "); retry");
+    }
+  }
   return Unavailable("not the leader: this replica follows" +
                      (leader.empty() ? std::string("; no leader is elected yet, retry")
                                      : "; the leader is " + leader + " (leader=" + leader + ")"));
@@ -462,7 +491,7 @@ void MarketCore::WriterLoop() {
       metrics_->queue_length.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
     }
     if (failed_.load()) {
-      for (auto& c : cmds) c.done(Unavailable("server: the store failed; restart the server"));
+      for (auto& c : cmds) c.done(Unavailable(FailedMessage()));
       cmds.clear();
       continue;
     }
@@ -525,7 +554,7 @@ void MarketCore::CommitterLoop() {
       for (auto& r : p->batch.journal) merged.journal.push_back(std::move(r));
       for (auto& t : p->batch.tokens) merged.tokens.push_back(std::move(t));
     }
-    Status st = failed_.load() ? Unavailable("server: the store failed; restart the server") : Status::Ok();
+    Status st = failed_.load() ? Unavailable(FailedMessage()) : Status::Ok();
     if (st.ok() && !merged.empty()) {
       auto t0 = std::chrono::steady_clock::now();
       Status c = store_->Commit(merged);

@@ -171,6 +171,10 @@ class MarketCore {
   // leader; it journals no time advances.
   bool follower() const { return follower_.load(); }
   void SetFollower(bool follower) { follower_.store(follower); }
+  // A leader that lost its lease: refuses mutations, saying why.
+  void StepDown(std::string why);
+  // Refuses every call from now on (as after a failed commit), saying why.
+  void Refuse(std::string why);
   void SetLeaderHint(std::string address);
   std::string LeaderHint() const;
   // The last journal seq applied to the engine.
@@ -208,6 +212,7 @@ class MarketCore {
   void Render(std::span<const market::Event> events);
   const std::string& TenantName(TenantId id);
   void FailAll(const Status& why);
+  std::string FailedMessage() const;
   // Applies one journal record to the engine as replay does.
   Status ApplyRecord(const JournalRecord& r);
   Status RunAndWait(Work work);
@@ -225,6 +230,7 @@ class MarketCore {
   std::atomic<uint64_t> applied_seq_{0};
   mutable std::mutex hint_mu_;
   std::string leader_hint_;
+  std::string step_down_why_;
 
   // Writer state (writer thread only after Start).
   uint64_t next_seq_ = 1;

@@ -293,7 +293,7 @@ void Replica::Lose(const std::string& why) {
     if (why_lost_.empty()) why_lost_ = why;
   }
   // Refuse mutations at once; the caller restarts this replica as a follower.
-  core_->SetFollower(true);
+  core_->StepDown(why);
   leader_.store(false);
   lost_.store(true);
 }
