@@ -19,7 +19,16 @@ dir="${HA_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/laissez-ha-demo.XXXXXX")}"
 mkdir -p "$dir"
 pids=()
 cleanup() {
+  # SIGTERM to all; an etcd member left without quorum may not exit
+  # on SIGTERM, so whatever is left after 5 s gets SIGKILL.
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -n "${HA_DEMO_DIR:-}" ] || rm -rf "$dir"
 }

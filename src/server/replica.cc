@@ -122,6 +122,24 @@ Status EtcdStore::CommitTxn(etcd::Txn txn) {
 }
 
 Status EtcdStore::Commit(const Batch& batch) {
+  std::lock_guard commit_lock(commit_mu_);
+  if (last_seq_ < 0) {
+    LZ_ASSIGN_OR_RETURN(uint64_t last, LastSeq());
+    last_seq_ = static_cast<int64_t>(last);
+  }
+  uint64_t last = static_cast<uint64_t>(last_seq_);
+  for (const auto& r : batch.journal) {
+    if (r.seq <= last) return InvalidArgument("journal.seq: must increase (got " + std::to_string(r.seq) + ")");
+    last = r.seq;
+  }
+  // A failed transaction may still have committed (a timeout): read the last seq again next time.
+  last_seq_ = -1;
+  LZ_RETURN_IF_ERROR(CommitRecords(batch));
+  last_seq_ = static_cast<int64_t>(last);
+  return Status::Ok();
+}
+
+Status EtcdStore::CommitRecords(const Batch& batch) {
   // Whole records in seq order, in chunks of at most kChunkBytes (one record
   // may exceed it alone), in transactions of at most kTxnBytes and 64 ops.
   etcd::Txn txn;

@@ -74,6 +74,7 @@ class EtcdStore final : public Store {
  private:
   Result<std::vector<etcd::KeyValue>> JournalKeys(int64_t rev);
   Status CommitTxn(etcd::Txn txn);
+  Status CommitRecords(const Batch& batch);
 
   std::shared_ptr<etcd::Client> client_;
   const std::string prefix_;
@@ -81,6 +82,8 @@ class EtcdStore final : public Store {
   std::mutex fence_mu_;
   std::string fence_key_;
   int64_t fence_rev_ = 0;
+  std::mutex commit_mu_;
+  int64_t last_seq_ = -1;  // Last committed journal seq; -1 until read.
 };
 
 std::string TokenToJson(const TokenRecord& t);

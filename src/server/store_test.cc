@@ -7,6 +7,11 @@
 
 #include <filesystem>
 
+#ifdef LAISSEZ_STORE_TEST_ETCD
+#include "server/etcd_test_util.h"
+#include "server/replica.h"
+#endif
+
 namespace laissez::server {
 namespace {
 
@@ -58,7 +63,33 @@ class StoreTest : public ::testing::Test {
  protected:
   F factory;
 };
+#ifdef LAISSEZ_STORE_TEST_ETCD
+// The same suite against the replicated store (replica.h), built into
+// server_etcd_test: each factory uses its own key prefix on a local etcd, and
+// holds the fence of a key it created, as a leader does.
+struct EtcdFactory {
+  EtcdFactory() : prefix("/store-test-" + std::to_string(counter++) + "/") {
+    auto& e = testing::LocalEtcd::Get();
+    if (e.endpoint().empty()) ADD_FAILURE() << e.error();
+    client = *etcd::Client::Create(e.endpoint().empty() ? "127.0.0.1:1" : e.endpoint());
+    auto rev = client->Put(prefix + "e/leader", "test");
+    if (rev.ok()) fence_rev = *rev;
+  }
+  std::unique_ptr<Store> Open() {
+    auto s = std::make_unique<EtcdStore>(client, prefix);
+    s->Fence(prefix + "e/leader", fence_rev);
+    return s;
+  }
+  static constexpr bool kPersistent = true;
+  std::shared_ptr<etcd::Client> client;
+  std::string prefix;
+  int64_t fence_rev = 0;
+  static inline int counter = 0;
+};
+using Factories = ::testing::Types<EtcdFactory>;
+#else
 using Factories = ::testing::Types<MemoryFactory, SqliteFactory>;
+#endif
 TYPED_TEST_SUITE(StoreTest, Factories);
 
 Batch Records(uint64_t from, uint64_t to) {
@@ -179,6 +210,7 @@ TYPED_TEST(StoreTest, TheIdentityCommitsWithItsBatchAndSurvivesReopening) {
   EXPECT_EQ(s->Identity()->size(), 32u);
 }
 
+#ifndef LAISSEZ_STORE_TEST_ETCD  // SQLite only.
 // The sidecar follows every commit, so a database that lost commits (a lost
 // or damaged write-ahead log) is caught on open.
 TEST(SqliteStore, ASidecarAheadOfTheDatabaseIsDataLoss) {
@@ -224,6 +256,8 @@ TEST(SqliteStore, UnwritablePathIsAnError) {
   EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(s.status().message().find("db:"), std::string::npos);
 }
+
+#endif
 
 }  // namespace
 }  // namespace laissez::server
