@@ -155,29 +155,40 @@ Result<std::shared_ptr<Client>> Client::Create(const std::string& endpoints,
 Result<json> Client::Call(const std::string& path, const json& body) {
   std::string payload = body.dump();
   std::string last_error;
-  size_t first = current_.load();
-  for (size_t k = 0; k < endpoints_.size(); ++k) {
-    size_t idx = (first + k) % endpoints_.size();
-    const std::string& ep = endpoints_[idx];
-    auto res = Connection(ep, timeout_).Post(path.c_str(), payload, "application/json");
-    if (!res) {
-      last_error = ep + ": " + httplib::to_string(res.error());
-      continue;
+  // Around the members until one answers or `timeout_` has passed: an etcd
+  // election (a member died) takes about one election timeout. Retrying a
+  // call that may have been applied is safe for the journal: a chunk's key is
+  // its first seq, a token's its id, so a repeat writes the same values to
+  // the same keys under the same fence. A repeated campaign or fold fails its
+  // compare, and the caller tries again later.
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (;;) {
+    size_t first = current_.load();
+    for (size_t k = 0; k < endpoints_.size(); ++k) {
+      size_t idx = (first + k) % endpoints_.size();
+      const std::string& ep = endpoints_[idx];
+      auto res = Connection(ep, timeout_).Post(path.c_str(), payload, "application/json");
+      if (!res) {
+        last_error = ep + ": " + httplib::to_string(res.error());
+        continue;
+      }
+      json j = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+      if (res->status == 200 && !j.is_discarded()) {
+        current_.store(idx);
+        return j;
+      }
+      std::string msg = j.is_discarded() ? res->body : j.value("message", j.value("error", res->body));
+      int code = j.is_discarded() ? 14 : j.value("code", 14);
+      // 14 UNAVAILABLE, 4 DEADLINE_EXCEEDED (no leader, timeouts): another member may serve it.
+      if (code == 14 || code == 4 || res->status >= 500) {
+        last_error = ep + ": " + msg;
+        continue;
+      }
+      if (code == 11) return OutOfRange("etcd: " + msg);
+      return Unavailable("etcd: " + path + ": " + msg);
     }
-    json j = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
-    if (res->status == 200 && !j.is_discarded()) {
-      current_.store(idx);
-      return j;
-    }
-    std::string msg = j.is_discarded() ? res->body : j.value("message", j.value("error", res->body));
-    int code = j.is_discarded() ? 14 : j.value("code", 14);
-    // 14 UNAVAILABLE, 4 DEADLINE_EXCEEDED (no leader, timeouts): another member may serve it.
-    if (code == 14 || code == 4 || res->status >= 500) {
-      last_error = ep + ": " + msg;
-      continue;
-    }
-    if (code == 11) return OutOfRange("etcd: " + msg);
-    return Unavailable("etcd: " + path + ": " + msg);
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return Unavailable("etcd: no member answered " + path + " (" + last_error + ")");
 }

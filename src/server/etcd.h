@@ -9,7 +9,8 @@
 // Endpoints: several "HOST:PORT" (comma-separated). A call goes to the
 // current endpoint; on a connection error, or an answer that says the member
 // cannot serve it (no leader, timeouts), it moves to the next one and retries,
-// at most once around the list. Every error is UNAVAILABLE with "etcd: ...".
+// going around the list until the call's timeout has passed. Every error is
+// UNAVAILABLE with "etcd: ..." (OUT_OF_RANGE for a compacted revision).
 //
 // Thread-safety: every method may be called from any thread; each thread
 // keeps its own HTTP connections.
