@@ -511,10 +511,21 @@ def run_fence(args):
         appended_777 = (led1 - led0) != 5
         same, seq = same_digest(s.reps, s.m, s.admin, tenants, range(len(s.reps.p)))
         log = open(os.path.join(s.work, "replica%d.log" % old)).read()
+        # The CLI, given the followers first, finds the leader by itself (grpc_client.h).
+        leader_now = s.reps.wait_leader("the leader")
+        order = [a for i, a in enumerate(s.reps.addresses()) if i != leader_now] + [s.reps.addresses()[leader_now]]
+        cli = subprocess.run([args.laissez, "tenant", "deposit", "ha0", "--amount", "0.000003", "--server",
+                              ",".join(order), "--token-file", s.reps.admin_file], capture_output=True, text=True,
+                             timeout=60)
+        led2 = s.m.call("op", "GetLedger", pb.OperatorLedgerRequest(limit=1), s.admin, True).deposited
+        cli_ok = cli.returncode == 0 and led2 - led1 == 3
+        if not cli_ok:
+            print("CLI failover: rc %d, deposited +%d: %s" % (cli.returncode, led2 - led1, cli.stderr), file=sys.stderr)
         ok = (not appended_777) and stepped and pending.get("result") != "acknowledged" and same and new != old
+        ok = ok and cli_ok
         print("ha-fence: new_leader_after=%.1fs deposit_to_paused_leader=%r deposited_delta=%d (5 expected) "
-              "old_leader_stepped_down=%s digests_equal=%s step_down_log=%r" %
-              (took_over, pending.get("result"), led1 - led0, bool(stepped), same,
+              "old_leader_stepped_down=%s digests_equal=%s cli_failover_ok=%s step_down_log=%r" %
+              (took_over, pending.get("result"), led1 - led0, bool(stepped), same, cli_ok,
                [l for l in log.splitlines() if "stepping down" in l][:1]))
         return ok
 
