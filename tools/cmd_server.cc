@@ -587,6 +587,7 @@ int RunBenchServer(const BenchFlags& b) {
           std::condition_variable cv;
           uint64_t next = 0, acked = 0;
           bool ended = false;
+          std::string refused;  // A follower's (or stepped-down replica's) UNAVAILABLE: go elsewhere.
           std::thread reader([&] {
             pb::UpdateOrderResponse a;
             while (stream->Read(&a)) {
@@ -595,6 +596,10 @@ int RunBenchServer(const BenchFlags& b) {
               if (a.code() != 0) ++w.errors;
               else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
               ++acked;
+              if (a.code() == static_cast<int>(grpc::StatusCode::UNAVAILABLE) && refused.empty()) {
+                refused = a.message();
+                ended = true;  // The writer stops; the stream is closed below.
+              }
               cv.notify_all();
             }
             std::lock_guard lock(mu);
@@ -616,9 +621,14 @@ int RunBenchServer(const BenchFlags& b) {
             if (!stream->Write(q)) break;
           }
           stream->WritesDone();
+          {
+            std::lock_guard lock(mu);
+            if (!refused.empty()) ctx.TryCancel();
+          }
           reader.join();
           grpc::Status g = stream->Finish();
           if (!g.ok()) failure = g.error_message();
+          if (!refused.empty()) failure = refused;
           w.errors += next - acked;  // Sent, never acknowledged: the next stream sends new updates.
         }
         if (failure.empty()) break;
