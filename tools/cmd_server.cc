@@ -689,7 +689,7 @@ int RunBenchServer(const BenchFlags& b) {
 void RegisterServerCommands(CLI::App& app, int* exit_code) {
   // serve
   {
-    auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, durable SQLite journal, HTTP metrics)");
+    auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, durable SQLite journal or a replica on etcd, HTTP metrics)");
     static server::ServerOptions o;
     static int64_t tick_ms = 1000;
     static int64_t snapshot_ms = 10000;

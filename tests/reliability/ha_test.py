@@ -309,6 +309,23 @@ class Load:
         return min(later) if later else None
 
 
+def deposit_until(m, admin, load, want, seconds):
+    """Deposits 1 micro-unit to ha0 until `want` are acknowledged or `seconds`
+    pass; an ambiguous failure (the leader died while committing) counts as
+    sent, not acknowledged. Returns how many were acknowledged."""
+    got = 0
+    end = time.time() + seconds
+    while got < want and time.time() < end:
+        load.deposits_sent += 1
+        try:
+            m.call("admin", "Deposit", m.pb.DepositRequest(tenant="ha0", amount=1), admin, False)
+            load.deposits_acked += 1
+            got += 1
+        except grpc.RpcError:
+            time.sleep(0.1)
+    return got
+
+
 def setup_market(m, admin, ntenants):
     pb = m.pb
     m.call("op", "AddNodes", pb.AddNodesRequest(nodes=[pb.NodeSpec(
@@ -500,15 +517,17 @@ def run_fence(args):
         # The new leader accepts writes. (A client would wait out its deadline
         # on the paused one, an ambiguous failure for a deposit: start at the new one.)
         s.m.cur = new
-        for _ in range(5):
-            s.m.call("admin", "Deposit", pb.DepositRequest(tenant="ha0", amount=1), s.admin, False)
+        load = Load(s.m, s.admin, tenants)
+        wrote = deposit_until(s.m, s.admin, load, 5, 30)
         time.sleep(1.0)
         s.reps.p[old].send_signal(signal.SIGCONT)
         th.join(timeout=40)
         stepped = wait_until(lambda: (s.reps.health(old) or {}).get("role") == "follower", 20,
                              "the old leader to step down")
         led1 = s.m.call("op", "GetLedger", pb.OperatorLedgerRequest(limit=1), s.admin, True).deposited
-        appended_777 = (led1 - led0) != 5
+        # Deposits of 1 since led0: at least the acknowledged ones, at most the
+        # ones sent (far fewer than 777), so the 777 is there only if appended.
+        appended_777 = not (load.deposits_acked <= led1 - led0 <= load.deposits_sent)
         same, seq = same_digest(s.reps, s.m, s.admin, tenants, range(len(s.reps.p)))
         log = open(os.path.join(s.work, "replica%d.log" % old)).read()
         # The CLI, given the followers first, finds the leader by itself (grpc_client.h).
@@ -522,10 +541,10 @@ def run_fence(args):
         if not cli_ok:
             print("CLI failover: rc %d, deposited +%d: %s" % (cli.returncode, led2 - led1, cli.stderr), file=sys.stderr)
         ok = (not appended_777) and stepped and pending.get("result") != "acknowledged" and same and new != old
-        ok = ok and cli_ok
-        print("ha-fence: new_leader_after=%.1fs deposit_to_paused_leader=%r deposited_delta=%d (5 expected) "
+        ok = ok and cli_ok and wrote == 5
+        print("ha-fence: new_leader_after=%.1fs deposit_to_paused_leader=%r deposited_delta=%d (%d acknowledged) "
               "old_leader_stepped_down=%s digests_equal=%s cli_failover_ok=%s step_down_log=%r" %
-              (took_over, pending.get("result"), led1 - led0, bool(stepped), same, cli_ok,
+              (took_over, pending.get("result"), led1 - led0, load.deposits_acked, bool(stepped), same, cli_ok,
                [l for l in log.splitlines() if "stepping down" in l][:1]))
         return ok
 
@@ -537,12 +556,7 @@ def run_members(args):
         load = Load(s.m, s.admin, tenants)
         # Lose one member of three: the market keeps working.
         s.etcd.kill(2)
-        before = load.deposits_acked
-        for _ in range(10):
-            s.m.call("admin", "Deposit", pb.DepositRequest(tenant="ha0", amount=1), s.admin, False)
-            load.deposits_sent += 1
-            load.deposits_acked += 1
-        one_ok = load.deposits_acked - before == 10
+        one_ok = deposit_until(s.m, s.admin, load, 10, 30) == 10
         # Lose two: mutations fail with UNAVAILABLE.
         s.etcd.kill(1)
         err = None
