@@ -21,6 +21,8 @@ Scenarios:
            returns, service resumes.
   join     a replica started late (after snapshots folded the journal and
            etcd history was compacted) catches up and has the same digest.
+  lag      (a measurement, not a check) how long after an acknowledged
+           mutation a follower has applied it.
 
 Usage: ha_test.py --build DIR [--kills N] [--seed S] SCENARIO...
 Exit status 0 only if every scenario passed; one line "ha-SCENARIO: ..." each.
@@ -618,9 +620,29 @@ def run_join(args):
         return ok
 
 
+def run_lag(args):
+    """How stale a follower is: after each acknowledged deposit on the leader,
+    the time until a follower's /healthz reports the leader's applied seq."""
+    with Scenario(args, "lag") as s:
+        pb = s.m.pb
+        setup_market(s.m, s.admin, 1)
+        leader = s.reps.wait_leader("a leader")
+        follower = [i for i in range(len(s.reps.p)) if i != leader][0]
+        lags = []
+        for _ in range(100):
+            s.m.call("admin", "Deposit", pb.DepositRequest(tenant="ha0", amount=1), s.admin, False)
+            t = time.time()
+            seq = s.reps.health(leader)["applied_seq"]
+            wait_until(lambda: (s.reps.health(follower) or {}).get("applied_seq", 0) >= seq, 10, "the follower")
+            lags.append((time.time() - t) * 1000)
+        print("ha-lag: deposits=%d follower_lag_ms p50=%.1f p99=%.1f max=%.1f (includes one /healthz poll, ~1 ms)" %
+              (len(lags), pct(lags, 0.5), pct(lags, 0.99), max(lags)))
+        return True
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenarios", nargs="+", choices=["kill", "fence", "members", "join"])
+    ap.add_argument("scenarios", nargs="+", choices=["kill", "fence", "members", "join", "lag"])
     ap.add_argument("--build", default="build")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=int(time.time()))
@@ -646,7 +668,8 @@ def main():
         ok = True
         for name in args.scenarios:
             try:
-                passed = {"kill": run_kill, "fence": run_fence, "members": run_members, "join": run_join}[name](args)
+                passed = {"kill": run_kill, "fence": run_fence, "members": run_members, "join": run_join,
+                          "lag": run_lag}[name](args)
             except Exception as e:  # noqa: BLE001 - report and go on to the next scenario
                 print("ha-%s: error: %s" % (name, e.details() if isinstance(e, grpc.RpcError) else e))
                 passed = False
