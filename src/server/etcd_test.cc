@@ -171,6 +171,21 @@ TEST(EtcdStore, LargeBatchesSplitIntoChunksAndTransactions) {
                  return Status::Ok();
                }).ok());
   EXPECT_EQ(tail, 50u);
+  // The next round starts where this one left off and folds the new tail too.
+  for (uint64_t i = 1101; i <= 1200; ++i) {
+    Batch one;
+    one.journal.push_back({i, "server", "small"});
+    ASSERT_TRUE(s.Commit(one).ok());
+  }
+  auto again = s.Fold();
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(*again, 90u);
+  expect = 1;
+  ASSERT_TRUE(s.ReadJournal(0, [&](const JournalRecord& r) {
+                 EXPECT_EQ(r.seq, expect++);
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(expect, 1201u);
 }
 
 TEST(EtcdStore, ChunksDecodeOrFailClearly) {

@@ -244,7 +244,9 @@ Result<std::string> EtcdStore::Identity() {
 Result<size_t> EtcdStore::Fold(size_t max_txns) {
   const std::string jp = prefix_ + "j/";
   const std::string end = etcd::PrefixEnd(jp);
-  std::string from = jp;
+  // Runs already flushed are final: the next round starts after them, so a
+  // round reads only the journal's tail, not the whole journal.
+  std::string from = fold_from_.empty() ? jp : fold_from_;
   size_t removed = 0, txns = 0;
   std::vector<etcd::KeyValue> run;
   size_t run_bytes = 0;
@@ -275,7 +277,10 @@ Result<size_t> EtcdStore::Fold(size_t max_txns) {
     if (page.kvs.empty()) break;
     std::string last = page.kvs.back().key;
     for (auto& kv : page.kvs) {
-      if (txns >= max_txns) return removed;
+      if (txns >= max_txns) {
+        fold_from_ = run.empty() ? kv.key : run.front().key;
+        return removed;
+      }
       if (run_bytes + kv.value.size() > kChunkBytes || run.size() >= 60) LZ_RETURN_IF_ERROR(fold_run());
       run_bytes += kv.value.size();
       run.push_back(std::move(kv));
@@ -284,6 +289,7 @@ Result<size_t> EtcdStore::Fold(size_t max_txns) {
     from = last + '\0';
   }
   // The newest run stays as it is (it is still growing by small batches).
+  if (!run.empty()) fold_from_ = run.front().key;
   return removed;
 }
 

@@ -65,7 +65,8 @@ class EtcdStore final : public Store {
   Result<std::string> Identity() override;
 
   // Folds runs of small journal keys into chunks (at most `max_txns` fenced
-  // transactions). Returns how many keys it removed.
+  // transactions), starting where the previous call left off. Returns how
+  // many keys it removed. Not thread-safe: one caller (the leader's loop).
   Result<size_t> Fold(size_t max_txns = 64);
 
   const std::string& prefix() const { return prefix_; }
@@ -84,6 +85,7 @@ class EtcdStore final : public Store {
   int64_t fence_rev_ = 0;
   std::mutex commit_mu_;
   int64_t last_seq_ = -1;  // Last committed journal seq; -1 until read.
+  std::string fold_from_;  // Fold's start: keys before it are folded for good.
 };
 
 std::string TokenToJson(const TokenRecord& t);
