@@ -131,6 +131,25 @@ TEST(EtcdStore, AStoreWithoutItsFenceAppendsNothing) {
   EXPECT_EQ(*s.LastSeq(), 1u);
 }
 
+// One small batch per record, as a lightly loaded leader commits them.
+void CommitOneByOne(EtcdStore& s, uint64_t from, uint64_t to) {
+  for (uint64_t i = from; i <= to; ++i) {
+    Batch one;
+    one.journal.push_back({i, "server", "small"});
+    ASSERT_TRUE(s.Commit(one).ok());
+  }
+}
+
+// The journal reads back as records 1..n in order.
+void ExpectJournal(EtcdStore& s, uint64_t n) {
+  uint64_t expect = 1;
+  ASSERT_TRUE(s.ReadJournal(0, [&](const JournalRecord& r) {
+                 EXPECT_EQ(r.seq, expect++);
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(expect, n + 1);
+}
+
 TEST(EtcdStore, LargeBatchesSplitIntoChunksAndTransactions) {
   auto c = Connect();
   EtcdStore s(c, "/t6/");
@@ -141,27 +160,13 @@ TEST(EtcdStore, LargeBatchesSplitIntoChunksAndTransactions) {
   ASSERT_TRUE(s.Commit(b).ok());
   auto keys = c->Range("/t6/j/", etcd::PrefixEnd("/t6/j/"), 0, 0, etcd::Sort::kNone, true);
   EXPECT_GE(keys->kvs.size(), 6u);  // At most 512 KiB a chunk.
-  uint64_t expect = 1;
-  ASSERT_TRUE(s.ReadJournal(0, [&](const JournalRecord& r) {
-                 EXPECT_EQ(r.seq, expect++);
-                 return Status::Ok();
-               }).ok());
-  EXPECT_EQ(expect, 1001u);
+  ExpectJournal(s, 1000);
   // Folding small batches keeps the records and their order.
-  for (uint64_t i = 1001; i <= 1100; ++i) {
-    Batch one;
-    one.journal.push_back({i, "server", "small"});
-    ASSERT_TRUE(s.Commit(one).ok());
-  }
+  CommitOneByOne(s, 1001, 1100);
   auto removed = s.Fold();
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
   EXPECT_GT(*removed, 50u);
-  expect = 1;
-  ASSERT_TRUE(s.ReadJournal(0, [&](const JournalRecord& r) {
-                 EXPECT_EQ(r.seq, expect++);
-                 return Status::Ok();
-               }).ok());
-  EXPECT_EQ(expect, 1101u);
+  ExpectJournal(s, 1100);
   uint64_t tail = 0;
   ASSERT_TRUE(s.ReadJournal(1050, [&](const JournalRecord& r) {
                  if (tail == 0) {
@@ -172,20 +177,11 @@ TEST(EtcdStore, LargeBatchesSplitIntoChunksAndTransactions) {
                }).ok());
   EXPECT_EQ(tail, 50u);
   // The next round starts where this one left off and folds the new tail too.
-  for (uint64_t i = 1101; i <= 1200; ++i) {
-    Batch one;
-    one.journal.push_back({i, "server", "small"});
-    ASSERT_TRUE(s.Commit(one).ok());
-  }
+  CommitOneByOne(s, 1101, 1200);
   auto again = s.Fold();
   ASSERT_TRUE(again.ok());
   EXPECT_GT(*again, 90u);
-  expect = 1;
-  ASSERT_TRUE(s.ReadJournal(0, [&](const JournalRecord& r) {
-                 EXPECT_EQ(r.seq, expect++);
-                 return Status::Ok();
-               }).ok());
-  EXPECT_EQ(expect, 1201u);
+  ExpectJournal(s, 1200);
 }
 
 TEST(EtcdStore, ChunksDecodeOrFailClearly) {
