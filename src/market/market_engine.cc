@@ -121,9 +121,8 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
         if (s.hold_scheduled) m.ScheduleAdd(s.held_since + params.min_hold, kSchedHoldExpiry, i);
       }
     }
-    if (old.clip_interval != params.clip_interval && params.clip_interval == 0) {
-      // Steps already set stand; at that step the order is lifted to its requested price.
-    }
+    // Turning clipping off (clip_interval 0) leaves the steps already set: at its step each
+    // clipped order is lifted to its requested price.
     // Obtain prices, bars and rates depend on h, tick, decay and min hold: refresh every node.
     m.index_generation_ = UINT64_MAX;
     m.EnsureIndex();

@@ -279,9 +279,7 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   UpdateRate(n);
   if (rate_current && s.rate < old_limit && s.rate <= limit) rate_unchanged_node_ = n.value;
   if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
-  if (limit < s.limit || true) {
-    // Lowering may let a resting order cross; RefreshNode already queued candidates.
-  }
+  // Lowering may let a resting order cross; RefreshNode already queued candidates.
   MarkExhaustDirty(tid);
   return Status::Ok();
 }
