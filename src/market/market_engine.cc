@@ -384,6 +384,12 @@ Result<VertexQuote> MarketEngine::Quote(VertexId v, bool with_depth) const {
   return q;
 }
 
+Result<Price> MarketEngine::QuotePrice(VertexId v) const {
+  Impl& m = *impl_;
+  if (!v.valid() || v.value >= m.topo_.vertex_count()) return NotFound("vertex: no vertex with id " + Num(v.value));
+  return m.QuoteOf(v);
+}
+
 Result<EvictionQuote> MarketEngine::GetEvictionQuote(TenantId tenant, NodeId node) const {
   const Impl& m = *impl_;
   LZ_RETURN_IF_ERROR(m.CheckTenant(tenant));

@@ -105,6 +105,8 @@ class MarketEngine {
   const topology::Topology& topology() const;
   const MarketParams& params() const;
   Result<VertexQuote> Quote(VertexId v, bool with_depth = true) const;
+  // Quote(v).quote alone, without counting the nodes below v: O(log n).
+  Result<Price> QuotePrice(VertexId v) const;
   // Only the holder may read its node's eviction quote (PERMISSION_DENIED otherwise).
   Result<EvictionQuote> GetEvictionQuote(TenantId tenant, NodeId node) const;
   Result<NodeView> GetNode(NodeId node) const;

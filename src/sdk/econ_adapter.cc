@@ -7,37 +7,56 @@ namespace laissez::sdk {
 
 // ---- OrderBookView ----
 
+void BookReads::Quoted(VertexId v, Price p) {
+  for (const auto& [seen, price] : quotes)
+    if (seen == v) return;  // The first read of a round is the one its answers used.
+  quotes.emplace_back(v, p);
+}
+
 OrderBookView::OrderBookView(MarketClient* client, VertexId scope, NodeId held, Price current_limit,
-                             uint32_t request_held, uint32_t request_count)
+                             uint32_t request_held, uint32_t request_count, BookReads* reads)
     : client_(client),
       scope_(scope),
       held_(held),
       current_limit_(current_limit),
       request_held_(request_held),
-      request_count_(request_count) {}
+      request_count_(request_count),
+      reads_(reads) {}
 
 Micros OrderBookView::now() const { return client_->Now(); }
 
 const market::VertexQuote& OrderBookView::vertex_quote() const {
   if (!quote_) {
+    if (reads_) reads_->unwatched = true;  // Counts move without the price.
     auto q = client_->Quote(scope_, /*with_depth=*/false);
     quote_ = q.ok() ? std::move(q).value() : market::VertexQuote{};
   }
   return *quote_;
 }
 
-Price OrderBookView::quote() const { return vertex_quote().quote; }
+Price OrderBookView::quote() const {
+  if (quote_) return quote_->quote;
+  if (!price_) {
+    auto p = client_->QuotePrice(scope_);
+    price_ = p.ok() ? *p : kInfPrice;
+    if (reads_) reads_->Quoted(scope_, *price_);
+  }
+  return *price_;
+}
 uint32_t OrderBookView::free_count() const { return vertex_quote().free; }
 
 Price OrderBookView::QuoteOf(std::string_view vertex_name) const {
   auto v = client_->FindVertex(vertex_name);
   if (!v.ok()) return kInfPrice;
-  auto q = client_->Quote(*v, false);
-  return q.ok() ? q->quote : kInfPrice;
+  auto p = client_->QuotePrice(*v);
+  Price price = p.ok() ? *p : kInfPrice;
+  if (reads_) reads_->Quoted(*v, price);
+  return price;
 }
 
 const market::EvictionQuote* OrderBookView::eviction() const {
   if (!held_.valid()) return nullptr;
+  if (reads_) reads_->unwatched = true;
   if (!eviction_read_) {
     eviction_read_ = true;
     auto q = client_->GetEvictionQuote(held_);
@@ -48,6 +67,7 @@ const market::EvictionQuote* OrderBookView::eviction() const {
 
 Money OrderBookView::balance() const {
   if (!balance_) {
+    if (reads_) reads_->unwatched = true;
     auto b = client_->Balance();
     balance_ = b.ok() ? *b : 0;
   }
@@ -74,13 +94,15 @@ Result<RequestId> EconAdapter::Add(Request request) {
   if (request.count == 0) return InvalidArgument("count: must be positive");
   if (request.mixed_types && request.gang)
     return InvalidArgument("mixed_types: a gang runs on one type; set gang = false to mix types");
+  RequestState rs;
   for (const NodeSpec& o : request.options) {
     if (o.node_type.empty()) return InvalidArgument("options.node_type: must not be empty");
     auto scope = ScopeOf(o);
     if (!scope.ok()) return scope.status();
+    rs.scopes.push_back(*scope);
   }
   RequestId id = next_id_++;
-  RequestState rs;
+  rs.priced = request.options;
   rs.request = std::move(request);
   requests_.emplace(id, std::move(rs));
   dirty_ = true;
@@ -318,14 +340,27 @@ Status EconAdapter::Place(RequestId id, RequestState& rs, const NodeSpec& spec, 
   return Status::Ok();
 }
 
+bool EconAdapter::NeedsReprice(Micros now) {
+  bool needed = dirty_ || retry_ || reads_.unwatched || now >= reprice_at_;
+  for (size_t i = 0; !needed && i < reads_.quotes.size(); ++i) {
+    auto p = client_->QuotePrice(reads_.quotes[i].first);
+    needed = (p.ok() ? *p : kInfPrice) != reads_.quotes[i].second;
+  }
+  if (!needed) ++stats_.reprices_skipped;
+  return needed;
+}
+
 Status EconAdapter::Reprice() {
   in_reprice_ = true;
   ++stats_.reprices;
+  reads_ = BookReads{};
+  reprice_at_ = kNever;
   Status first;
   for (auto& [id, rs] : requests_) {
     Status s = RepriceRequest(id, rs);
     if (first.ok() && !s.ok()) first = s;
   }
+  retry_ = !first.ok();
   in_reprice_ = false;
   dirty_ = false;
   // Apply what arrived meanwhile; it may mark the adapter dirty again for the next tick.
@@ -352,13 +387,16 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
     for (const HeldNode& h : nodes) {
       const int option = h.option >= 0 ? h.option : rs.option;
       if (option < 0) continue;
-      NodeSpec spec = rs.request.options[static_cast<size_t>(option)];
-      auto scope = ScopeOf(spec);
+      const size_t o = static_cast<size_t>(option);
+      NodeSpec& spec = rs.priced[o];
+      spec.locality = rs.request.options[o].locality;
+      spec.rel_to = rs.request.options[o].rel_to;
       spec.held = h.node;
       spec.count = 1;
-      OrderBookView view(client_, scope.ok() ? *scope : VertexId(), h.node, h.limit, held, rs.request.count);
+      OrderBookView view(client_, rs.scopes[o], h.node, h.limit, held, rs.request.count, &reads_);
       ++stats_.price_calls;
       std::optional<Price> limit = strategy_->Price(spec, view);
+      reprice_at_ = std::min(reprice_at_, strategy_->NextChange(spec, view.now()));
       if (!limit) {
         ++stats_.relinquished;
         Status s = client_->Relinquish(h.node);
@@ -389,14 +427,14 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
   // Nodes already promised to open orders are not missing twice.
   int best = -1;
   Price best_bid = 0;
-  VertexId best_scope;
-  NodeSpec best_spec;
   bool best_obtainable = false;
   Price best_surplus = 0;
   const size_t n_options = rs.request.options.size();
   for (size_t i = 0; i < n_options; ++i) {
     if (held > 0 && !rs.request.mixed_types && static_cast<int>(i) != rs.option) continue;
-    NodeSpec spec = rs.request.options[i];
+    NodeSpec& spec = rs.priced[i];
+    spec.locality = rs.request.options[i].locality;
+    spec.rel_to = rs.request.options[i].rel_to;
     spec.count = missing;
     spec.held = NodeId();
     if (spec.locality != market::Locality::kAny && !spec.rel_to.valid()) {
@@ -406,14 +444,10 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
         spec.locality = market::Locality::kAny;  // Nothing to be near yet.
       }
     }
-    auto scope = ScopeOf(spec);
-    if (!scope.ok()) {
-      note(scope.status());
-      continue;
-    }
-    OrderBookView view(client_, *scope, NodeId(), 0, held, rs.request.count);
+    OrderBookView view(client_, rs.scopes[i], NodeId(), 0, held, rs.request.count, &reads_);
     ++stats_.price_calls;
     std::optional<Price> bid = strategy_->Price(spec, view);
+    reprice_at_ = std::min(reprice_at_, strategy_->NextChange(spec, view.now()));
     if (!bid) continue;
     Price b = std::max<Price>(0, *bid);
     Price q = view.quote();
@@ -424,8 +458,6 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
     if (better) {
       best = static_cast<int>(i);
       best_bid = b;
-      best_scope = *scope;
-      best_spec = spec;
       best_obtainable = obtainable;
       best_surplus = surplus;
     }
@@ -434,6 +466,9 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
     note(CancelAll(rs));
     return first;
   }
+  // The priced spec of the best option keeps its anchoring (locality, rel_to).
+  const NodeSpec& best_spec = rs.priced[static_cast<size_t>(best)];
+  const VertexId best_scope = rs.scopes[static_cast<size_t>(best)];
   if (best != rs.option) {
     note(CancelAll(rs));
     rs.option = best;

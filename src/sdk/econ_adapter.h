@@ -10,8 +10,20 @@
 // changes routed to the adapter) only mark the adapter dirty; the driver calls
 // `Reprice()` at most once per market tick for a dirty adapter (CLARIFICATIONS
 // "Simulator load"), so a burst of engine operations costs one round of
-// Price() calls, not one per operation. A driver that wants time-dependent
-// strategies (urgency) re-priced periodically marks the adapter dirty on a timer.
+// Price() calls, not one per operation.
+//
+// Re-pricing only what changed. A driver that ticks (the simulator) asks
+// `NeedsReprice(now)` each tick and calls Reprice() only when it says yes:
+// (a) a quote price the last round's Price() calls read (OrderBookView::quote,
+// QuoteOf; the adapter reads the quotes of the options it bids on the same
+// way) differs now, (b) the tenant's own events, adds, removes, resizes or
+// MarkDirty() made the adapter dirty, or (c) the strategy's timer is due:
+// `PricingStrategy::NextChange` says when an answer may next move with time
+// alone; the default is the next tick, so a strategy that does not declare
+// it is re-priced every tick as before. A round whose reads the adapter does
+// not watch (counts, eviction quotes, the balance) or whose calls the market
+// rejected is repeated every tick. Skipping is exact: with the same reads,
+// state and time-independent answers, Reprice() would make no call.
 //
 // What Reprice() does, per request:
 // - For each held node: limit = Price(spec with `held` = node). No answer
@@ -61,13 +73,21 @@ struct NodeSpec {
   uint32_t count = 1;  // Nodes wanted at this spec in this call (gangs: the missing nodes).
 };
 
+// What the Price() calls of one re-pricing round read from the market, so the
+// adapter knows when an answer can change (EconAdapter::NeedsReprice).
+struct BookReads {
+  std::vector<std::pair<VertexId, Price>> quotes;  // Quote prices read, one entry per vertex.
+  bool unwatched = false;  // Read counts, an eviction quote or the balance: re-price every tick.
+  void Quoted(VertexId v, Price p);
+};
+
 // What a strategy may read while pricing one NodeSpec. Reads go to the
 // client lazily and are cached for the duration of one Price() call, so a
-// strategy pays only for what it reads.
+// strategy pays only for what it reads. With `reads`, every read is noted there.
 class OrderBookView {
  public:
   OrderBookView(MarketClient* client, VertexId scope, NodeId held, Price current_limit,
-                uint32_t request_held, uint32_t request_count);
+                uint32_t request_held, uint32_t request_count, BookReads* reads = nullptr);
 
   Micros now() const;
   VertexId scope() const { return scope_; }
@@ -96,6 +116,8 @@ class OrderBookView {
   NodeId held_;
   Price current_limit_;
   uint32_t request_held_, request_count_;
+  BookReads* reads_;
+  mutable std::optional<Price> price_;
   mutable std::optional<market::VertexQuote> quote_;
   mutable std::optional<market::EvictionQuote> eviction_;
   mutable bool eviction_read_ = false;
@@ -108,6 +130,13 @@ class PricingStrategy {
  public:
   virtual ~PricingStrategy() = default;
   virtual std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) = 0;
+  // The earliest time at which the answer Price(spec, ...) gave at `now` may
+  // differ with the passage of time alone: the same book reads (the adapter
+  // watches those) and no event of the tenant's (those re-price anyway).
+  // kNever: the answer does not depend on time. The default, now + 1, means
+  // "at the next tick", which is always correct: override it only when the
+  // answer provably holds longer.
+  virtual Micros NextChange(const NodeSpec& /*spec*/, Micros now) const { return now + 1; }
 };
 
 using RequestId = uint64_t;
@@ -139,6 +168,7 @@ class AdapterListener {
 // Counters for tests, benchmarks and reports.
 struct AdapterStats {
   uint64_t reprices = 0, price_calls = 0;
+  uint64_t reprices_skipped = 0;  // NeedsReprice() answered no.
   uint64_t orders_placed = 0, orders_updated = 0, orders_cancelled = 0;
   uint64_t limits_set = 0, relinquished = 0, rejected = 0;
 };
@@ -161,6 +191,8 @@ class EconAdapter {
   };
   struct RequestState {
     Request request;
+    std::vector<VertexId> scopes;   // Parallel to request.options.
+    std::vector<NodeSpec> priced;   // Parallel to request.options: the specs handed to Price().
     std::vector<HeldNode> nodes;   // In acquisition order.
     int option = -1;               // Index of the option held or bid on; -1: none.
     std::vector<OpenOrder> orders; // Open orders for the missing nodes (one gang, or singles).
@@ -185,6 +217,9 @@ class EconAdapter {
   void OnEvents(std::span<const market::Event> events);
   void MarkDirty() { dirty_ = true; }
   bool dirty() const { return dirty_; }
+  // Whether Reprice() at `now` could do anything the last round did not (see
+  // the file comment). Reads the watched quote prices. Counts a "no" in stats().
+  bool NeedsReprice(Micros now);
   // Runs Price() for every wanted and held node and applies the results
   // (see the file comment). Clears the dirty flag. Returns the first error of
   // a call the market rejected; the other requests are still processed.
@@ -209,6 +244,10 @@ class EconAdapter {
   PricingStrategy* strategy_;
   AdapterListener* listener_;
   bool dirty_ = true;
+  // What the last round depends on besides the adapter's own state.
+  BookReads reads_;
+  Micros reprice_at_ = kNever;  // Earliest NextChange of the last round's answers.
+  bool retry_ = false;          // The last round had an error.
   RequestId next_id_ = 1;
   std::map<RequestId, RequestState> requests_;  // Ordered: deterministic pricing order.
   std::unordered_map<uint64_t, RequestId> order_owner_;  // OrderId.value -> request.

@@ -236,5 +236,127 @@ TEST_F(EconAdapterTest, NoticesReachTheListener) {
   EXPECT_EQ(listener_.notices, (std::vector<uint32_t>{3}));
 }
 
+// ---- Re-pricing only what changed (NeedsReprice) ----
+
+constexpr Micros kMinute = 60 * kMicrosPerSecond;
+
+TEST_F(EconAdapterTest, NothingChangedAndNoTimerMeansNoReprice) {
+  EconAdapter a(&client_, &value_);
+  ASSERT_TRUE(a.Add(TwoOptions(2)).ok());
+  EXPECT_TRUE(a.NeedsReprice(0));  // A new request is dirty.
+  ASSERT_TRUE(a.Reprice().ok());
+  // ThroughputValue does not depend on time and the quotes it bid against hold.
+  for (Micros t = kMinute; t <= 10 * kMinute; t += kMinute) {
+    client_.now = t;
+    EXPECT_FALSE(a.NeedsReprice(t)) << "at " << t;
+  }
+  EXPECT_EQ(a.stats().reprices_skipped, 10u);
+}
+
+TEST_F(EconAdapterTest, AWatchedQuoteThatMovesTriggersAReprice) {
+  EconAdapter a(&client_, &value_);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  client_.now = kMinute;
+  ASSERT_FALSE(a.NeedsReprice(client_.now));
+  client_.quotes[1] = 4 * kUnit;  // The h100 quote the bid was chosen against moves.
+  EXPECT_TRUE(a.NeedsReprice(client_.now));
+  ASSERT_TRUE(a.Reprice().ok());
+  EXPECT_EQ(client_.calls.back().scope, VertexId(1));  // And the re-price acts on it.
+  EXPECT_FALSE(a.NeedsReprice(client_.now));
+  // A vertex the tenant never read does not wake it.
+  client_.quotes[9] = kUnit;
+  EXPECT_FALSE(a.NeedsReprice(client_.now));
+}
+
+TEST_F(EconAdapterTest, OwnEventsTriggerAReprice) {
+  EconAdapter a(&client_, &value_, &listener_);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  ASSERT_FALSE(a.NeedsReprice(kMinute));
+  market::Event e = Alloc(client_.tenant(), OrderId(client_.calls[0].id), NodeId(3), 5 * kUnit);
+  a.OnEvents({&e, 1});
+  EXPECT_TRUE(a.NeedsReprice(kMinute));
+  // Another tenant's event does not.
+  ASSERT_TRUE(a.Reprice().ok());
+  market::Event other = Alloc(TenantId(99), OrderId(1), NodeId(4), kUnit);
+  a.OnEvents({&other, 1});
+  EXPECT_FALSE(a.NeedsReprice(2 * kMinute));
+}
+
+TEST_F(EconAdapterTest, AStrategyWithoutTheHookIsRepricedEveryTick) {
+  FunctionStrategy fn([](const NodeSpec&, const OrderBookView&) { return std::optional<Price>(5 * kUnit); });
+  EconAdapter a(&client_, &fn);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  for (Micros t = kMinute; t <= 3 * kMinute; t += kMinute) {
+    client_.now = t;
+    EXPECT_TRUE(a.NeedsReprice(t));
+    ASSERT_TRUE(a.Reprice().ok());
+  }
+  EXPECT_EQ(a.stats().reprices_skipped, 0u);
+}
+
+TEST_F(EconAdapterTest, TheStrategysTimerTriggersARepriceWhenDue) {
+  // Worth 5 until 10 minutes, then 6: the strategy says when it changes.
+  class Step final : public PricingStrategy {
+   public:
+    std::optional<laissez::Price> Price(const NodeSpec&, const OrderBookView& b) override {
+      return b.now() < 10 * kMinute ? 5 * kUnit : 6 * kUnit;
+    }
+    Micros NextChange(const NodeSpec&, Micros now) const override { return now < 10 * kMinute ? 10 * kMinute : kNever; }
+  } step;
+  EconAdapter a(&client_, &step);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  client_.now = 9 * kMinute;
+  EXPECT_FALSE(a.NeedsReprice(client_.now));
+  client_.now = 10 * kMinute;
+  ASSERT_TRUE(a.NeedsReprice(client_.now));
+  ASSERT_TRUE(a.Reprice().ok());
+  EXPECT_EQ(client_.calls.back().op, "update");
+  EXPECT_EQ(client_.calls.back().price, 6 * kUnit);
+  client_.now = 100 * kMinute;
+  EXPECT_FALSE(a.NeedsReprice(client_.now));
+}
+
+TEST_F(EconAdapterTest, ReadsTheAdapterCannotWatchAndRejectionsRepriceEveryTick) {
+  BudgetCapped capped(std::make_unique<ThroughputValue>(value_), 100 * kUnit, kMicrosPerHour);  // Reads the balance.
+  client_.balance = 1000 * kUnit;
+  EconAdapter a(&client_, &capped);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  EXPECT_TRUE(a.NeedsReprice(kMinute));
+
+  client_.reject_orders = true;
+  EconAdapter b(&client_, &value_);
+  ASSERT_TRUE(b.Add(TwoOptions(1)).ok());
+  EXPECT_FALSE(b.Reprice().ok());
+  EXPECT_TRUE(b.NeedsReprice(kMinute));  // The order is still missing: try again.
+}
+
+TEST_F(EconAdapterTest, HeldNodesOfAMigrationAwareTenantRepriceWhileWorkIsUncommitted) {
+  Micros uncommitted = 0;
+  MigrationAware::Params p;
+  p.overhead = 6 * kMinute;
+  p.uncommitted = [&] { return uncommitted; };
+  MigrationAware strategy(std::make_unique<ThroughputValue>(value_), p);
+  EconAdapter a(&client_, &strategy);
+  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  ASSERT_TRUE(a.Reprice().ok());
+  EXPECT_FALSE(a.NeedsReprice(kMinute));  // Bidding: the premium is only on held nodes.
+  market::Event e = Alloc(client_.tenant(), OrderId(client_.calls[0].id), NodeId(3), 5 * kUnit);
+  a.OnEvents({&e, 1});
+  ASSERT_TRUE(a.Reprice().ok());
+  client_.calls.clear();
+  uncommitted = 6 * kMinute;
+  client_.now = kMinute;
+  ASSERT_TRUE(a.NeedsReprice(client_.now));
+  ASSERT_TRUE(a.Reprice().ok());
+  ASSERT_EQ(client_.calls.size(), 1u);
+  EXPECT_EQ(client_.calls[0].op, "limit");
+  EXPECT_EQ(client_.calls[0].price, 6 * kUnit);  // 5 + 5 x 12 min / 1 h.
+}
+
 }  // namespace
 }  // namespace laissez::sdk

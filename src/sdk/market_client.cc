@@ -4,23 +4,55 @@
 
 namespace laissez::sdk {
 
-InProcessMarketClient::InProcessMarketClient(market::MarketEngine* engine, TenantId tenant, Clock clock)
-    : engine_(engine), tenant_(tenant), clock_(std::move(clock)) {}
+Result<Price> MarketClient::QuotePrice(VertexId vertex) {
+  auto q = Quote(vertex, /*with_depth=*/false);
+  if (!q.ok()) return q.status();
+  return q->quote;
+}
+
+Result<Price> QuoteCache::Get(const market::MarketEngine& engine, VertexId v) {
+  if (v.valid() && v.value < entries_.size() && entries_[v.value].epoch == epoch_) {
+    ++hits_;
+    return entries_[v.value].price;
+  }
+  ++misses_;
+  auto p = engine.QuotePrice(v);
+  if (!p.ok()) return p;
+  if (entries_.size() <= v.value) entries_.resize(v.value + 1);
+  entries_[v.value] = Entry{epoch_, *p};
+  return p;
+}
+
+InProcessMarketClient::InProcessMarketClient(market::MarketEngine* engine, TenantId tenant, Clock clock,
+                                             QuoteCache* cache)
+    : engine_(engine), tenant_(tenant), clock_(std::move(clock)), cache_(cache) {}
 
 Result<OrderId> InProcessMarketClient::PlaceOrder(const market::OrderSpec& spec) {
+  Changed();
   return engine_->PlaceOrder(clock_(), tenant_, spec);
 }
 Status InProcessMarketClient::UpdateOrder(OrderId order, Price price) {
+  Changed();
   return engine_->UpdateOrder(clock_(), tenant_, order, price);
 }
-Status InProcessMarketClient::CancelOrder(OrderId order) { return engine_->CancelOrder(clock_(), tenant_, order); }
+Status InProcessMarketClient::CancelOrder(OrderId order) {
+  Changed();
+  return engine_->CancelOrder(clock_(), tenant_, order);
+}
 Status InProcessMarketClient::SetLimit(NodeId node, Price limit) {
+  Changed();
   return engine_->SetLimit(clock_(), tenant_, node, limit);
 }
-Status InProcessMarketClient::Relinquish(NodeId node) { return engine_->Relinquish(clock_(), tenant_, node); }
+Status InProcessMarketClient::Relinquish(NodeId node) {
+  Changed();
+  return engine_->Relinquish(clock_(), tenant_, node);
+}
 
 Result<market::VertexQuote> InProcessMarketClient::Quote(VertexId vertex, bool with_depth) {
   return engine_->Quote(vertex, with_depth);
+}
+Result<Price> InProcessMarketClient::QuotePrice(VertexId vertex) {
+  return cache_ ? cache_->Get(*engine_, vertex) : engine_->QuotePrice(vertex);
 }
 Result<market::EvictionQuote> InProcessMarketClient::GetEvictionQuote(NodeId node) {
   return engine_->GetEvictionQuote(tenant_, node);

@@ -24,6 +24,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "common/types.h"
@@ -70,6 +71,8 @@ class MarketClient {
   // ---- Reads (no side effects) ----
   // The aggregate quote at a vertex; `with_depth` adds the price levels.
   virtual Result<market::VertexQuote> Quote(VertexId vertex, bool with_depth = false) = 0;
+  // Quote(vertex).quote alone; transports may answer it more cheaply.
+  virtual Result<Price> QuotePrice(VertexId vertex);
   // How close the market is to taking a node this tenant holds (rule 4).
   virtual Result<market::EvictionQuote> GetEvictionQuote(NodeId node) = 0;
   // One of this tenant's orders.
@@ -86,6 +89,29 @@ class MarketClient {
   virtual Result<NodeDescription> DescribeNode(NodeId node) = 0;
 };
 
+// Quote prices shared by the InProcessMarketClients of one engine (a
+// simulator's tenants, CLARIFICATIONS "Simulator load"): a vertex's price is
+// read from the engine once and reused by every tenant until the engine
+// changes. Every mutating call of a client that shares the cache clears it;
+// whoever changes the engine another way (advancing its clock, creating
+// tenants or nodes) must call Clear(). Thread-safety: none.
+class QuoteCache {
+ public:
+  void Clear() { ++epoch_; }
+  Result<Price> Get(const market::MarketEngine& engine, VertexId v);
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  struct Entry {
+    uint64_t epoch = 0;  // 0: never read (epochs start at 1).
+    Price price = 0;
+  };
+  uint64_t epoch_ = 1;
+  uint64_t hits_ = 0, misses_ = 0;
+  std::vector<Entry> entries_;  // By vertex id.
+};
+
 // A MarketClient over an engine in the same process. The engine and the clock
 // are not owned and must outlive the client. Every mutating call first
 // advances the engine to `clock()` (the engine does this itself; see
@@ -93,7 +119,8 @@ class MarketClient {
 class InProcessMarketClient final : public MarketClient {
  public:
   using Clock = std::function<Micros()>;
-  InProcessMarketClient(market::MarketEngine* engine, TenantId tenant, Clock clock);
+  // `cache` (optional, not owned) is shared with the engine's other clients.
+  InProcessMarketClient(market::MarketEngine* engine, TenantId tenant, Clock clock, QuoteCache* cache = nullptr);
 
   TenantId tenant() const override { return tenant_; }
   Micros Now() const override { return clock_(); }
@@ -105,6 +132,7 @@ class InProcessMarketClient final : public MarketClient {
   Status Relinquish(NodeId node) override;
 
   Result<market::VertexQuote> Quote(VertexId vertex, bool with_depth = false) override;
+  Result<Price> QuotePrice(VertexId vertex) override;
   Result<market::EvictionQuote> GetEvictionQuote(NodeId node) override;
   Result<market::OrderView> GetOrder(OrderId order) override;
   Result<market::TenantView> Me() override;
@@ -114,9 +142,15 @@ class InProcessMarketClient final : public MarketClient {
   Result<NodeDescription> DescribeNode(NodeId node) override;
 
  private:
+  // The engine changes: cached quote prices are stale.
+  void Changed() {
+    if (cache_) cache_->Clear();
+  }
+
   market::MarketEngine* engine_;
   TenantId tenant_;
   Clock clock_;
+  QuoteCache* cache_;
 };
 
 // Describes `node` of `topo` (shared by transports that hold a topology copy).

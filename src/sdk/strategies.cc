@@ -89,6 +89,11 @@ std::optional<laissez::Price> DeadlineUrgency::Price(const NodeSpec& spec, const
   return Scale(*p, FactorAt(book.now()));
 }
 
+Micros DeadlineUrgency::NextChange(const NodeSpec& spec, Micros now) const {
+  if (p_.deadline == kNever) return inner_->NextChange(spec, now);
+  return now + 1;
+}
+
 LocalityAware::LocalityAware(std::unique_ptr<PricingStrategy> inner, Ppm bonus_ppm)
     : inner_(std::move(inner)), bonus_ppm_(bonus_ppm) {}
 
@@ -123,6 +128,11 @@ std::optional<laissez::Price> MigrationAware::Price(const NodeSpec& spec, const 
   return SatAdd(*p, Premium(*p));
 }
 
+Micros MigrationAware::NextChange(const NodeSpec& spec, Micros now) const {
+  if (spec.held.valid() && p_.uncommitted) return now + 1;
+  return inner_->NextChange(spec, now);
+}
+
 CostOfDelay::CostOfDelay(Params params) : p_(std::move(params)) {}
 
 double CostOfDelay::DelayCostPerHour(Micros now, Ppm speed_ppm, bool held) const {
@@ -136,6 +146,10 @@ double CostOfDelay::DelayCostPerHour(Micros now, Ppm speed_ppm, bool held) const
   const double d = static_cast<double>(p_.ideal) / kH;
   t = std::max(t, d);  // Retention never exceeds 1.
   return static_cast<double>(p_.value) * d / (t * t);
+}
+
+Micros CostOfDelay::NextChange(const NodeSpec&, Micros now) const {
+  return p_.kind == Kind::kServing ? kNever : now + 1;
 }
 
 std::optional<laissez::Price> CostOfDelay::Price(const NodeSpec& spec, const OrderBookView& book) {

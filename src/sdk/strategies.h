@@ -27,6 +27,7 @@ class FunctionStrategy final : public PricingStrategy {
   using Fn = std::function<std::optional<laissez::Price>(const NodeSpec&, const OrderBookView&)>;
   explicit FunctionStrategy(Fn fn) : fn_(std::move(fn)) {}
   std::optional<laissez::Price> Price(const NodeSpec& s, const OrderBookView& b) override { return fn_(s, b); }
+  // NextChange: the default (every tick); the adapter cannot see into `fn`.
 
  private:
   Fn fn_;
@@ -37,6 +38,7 @@ class FixedValue final : public PricingStrategy {
  public:
   explicit FixedValue(laissez::Price price) : price_(price) {}
   std::optional<laissez::Price> Price(const NodeSpec&, const OrderBookView&) override { return price_; }
+  Micros NextChange(const NodeSpec&, Micros) const override { return kNever; }
 
  private:
   laissez::Price price_;
@@ -58,6 +60,7 @@ class ThroughputValue final : public PricingStrategy {
   // per node; `speed_ppm`: each type's throughput relative to it, in ppm.
   ThroughputValue(laissez::Price value_per_hour, std::unordered_map<std::string, Ppm> speed_ppm);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  Micros NextChange(const NodeSpec&, Micros) const override { return kNever; }
   // The value of a type (nullopt if unknown).
   std::optional<laissez::Price> ValueOf(const std::string& type) const;
   void set_value_per_hour(laissez::Price v) { value_per_hour_ = v; }
@@ -73,6 +76,8 @@ class BudgetCapped final : public PricingStrategy {
  public:
   BudgetCapped(std::unique_ptr<PricingStrategy> inner, laissez::Price max_per_node, Micros horizon = 0);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // The inner strategy's; the balance read of a horizon cap is watched by the adapter.
+  Micros NextChange(const NodeSpec& spec, Micros now) const override { return inner_->NextChange(spec, now); }
 
  private:
   std::unique_ptr<PricingStrategy> inner_;
@@ -98,6 +103,8 @@ class DeadlineUrgency final : public PricingStrategy {
   };
   DeadlineUrgency(std::unique_ptr<PricingStrategy> inner, Params params);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // With a deadline the factor moves with time and with `remaining()`: every tick.
+  Micros NextChange(const NodeSpec& spec, Micros now) const override;
   // The factor (ppm) at time `now`.
   Ppm FactorAt(Micros now) const;
 
@@ -113,6 +120,7 @@ class LocalityAware final : public PricingStrategy {
  public:
   LocalityAware(std::unique_ptr<PricingStrategy> inner, Ppm bonus_ppm);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  Micros NextChange(const NodeSpec& spec, Micros now) const override { return inner_->NextChange(spec, now); }
 
  private:
   std::unique_ptr<PricingStrategy> inner_;
@@ -126,6 +134,7 @@ class GangAware final : public PricingStrategy {
  public:
   explicit GangAware(std::unique_ptr<PricingStrategy> inner) : inner_(std::move(inner)) {}
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  Micros NextChange(const NodeSpec& spec, Micros now) const override { return inner_->NextChange(spec, now); }
 
  private:
   std::unique_ptr<PricingStrategy> inner_;
@@ -149,6 +158,9 @@ class MigrationAware final : public PricingStrategy {
   };
   MigrationAware(std::unique_ptr<PricingStrategy> inner, Params params);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // A held node's premium grows with `uncommitted()` while the job runs: every
+  // tick then; otherwise the inner strategy's.
+  Micros NextChange(const NodeSpec& spec, Micros now) const override;
   // The limit premium over `value` at this instant.
   laissez::Price Premium(laissez::Price value) const;
   Params& params() { return p_; }
@@ -204,6 +216,9 @@ class CostOfDelay final : public PricingStrategy {
   };
   explicit CostOfDelay(Params params);
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
+  // Serving: never (the answer does not depend on time). Batch: every tick,
+  // since D / T^2 moves with time.
+  Micros NextChange(const NodeSpec& spec, Micros now) const override;
   // What one hour of delay costs the whole job now, in money (batch; for tests).
   double DelayCostPerHour(Micros now, Ppm speed_ppm, bool held) const;
   Params& params() { return p_; }

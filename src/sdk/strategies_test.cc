@@ -192,5 +192,43 @@ TEST_F(StrategiesTest, OnDemandAndSpotLikeAreFlat) {
   EXPECT_EQ(spot->Price(Spec(), View()), 2 * kUnit);
 }
 
+TEST_F(StrategiesTest, NextChangeSaysWhenAnAnswerCanMoveWithTimeAlone) {
+  const Micros now = 5 * kMicrosPerHour;
+  NodeSpec wanted;
+  wanted.node_type = "h100";
+  NodeSpec held = wanted;
+  held.held = NodeId(1);
+  EXPECT_EQ(FixedValue(kUnit).NextChange(wanted, now), kNever);
+  ThroughputValue tv(10 * kUnit, {{"h100", kPpm}});
+  EXPECT_EQ(tv.NextChange(wanted, now), kNever);
+  EXPECT_EQ(GangAware(std::make_unique<ThroughputValue>(tv)).NextChange(held, now), kNever);
+  EXPECT_EQ(BudgetCapped(std::make_unique<ThroughputValue>(tv), kUnit).NextChange(wanted, now), kNever);
+  // A user's callable may depend on anything: every tick.
+  FunctionStrategy fn([](const NodeSpec&, const OrderBookView&) { return std::optional<Price>(kUnit); });
+  EXPECT_EQ(fn.NextChange(wanted, now), now + 1);
+
+  DeadlineUrgency::Params dp;
+  dp.remaining = [] { return kMicrosPerHour; };
+  EXPECT_EQ(DeadlineUrgency(std::make_unique<ThroughputValue>(tv), dp).NextChange(wanted, now), kNever);
+  dp.deadline = 10 * kMicrosPerHour;
+  EXPECT_EQ(DeadlineUrgency(std::make_unique<ThroughputValue>(tv), dp).NextChange(wanted, now), now + 1);
+
+  MigrationAware::Params mp;
+  mp.overhead = kMicrosPerHour / 10;
+  EXPECT_EQ(MigrationAware(std::make_unique<ThroughputValue>(tv), mp).NextChange(held, now), kNever);
+  mp.uncommitted = [] { return Micros{0}; };
+  MigrationAware ma(std::make_unique<ThroughputValue>(tv), mp);
+  EXPECT_EQ(ma.NextChange(held, now), now + 1);
+  EXPECT_EQ(ma.NextChange(wanted, now), kNever);
+
+  CostOfDelay::Params cp;
+  cp.value = 1000 * kUnit;
+  cp.speed_ppm = {{"h100", kPpm}};
+  cp.ideal = kMicrosPerHour;
+  EXPECT_EQ(CostOfDelay(cp).NextChange(wanted, now), now + 1);  // D / T^2 moves every minute.
+  cp.kind = CostOfDelay::Kind::kServing;
+  EXPECT_EQ(CostOfDelay(cp).NextChange(held, now), kNever);
+}
+
 }  // namespace
 }  // namespace laissez::sdk

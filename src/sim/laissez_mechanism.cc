@@ -141,6 +141,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
       type_root_.push_back(v.ok() ? *v : VertexId());
     }
     tenants_.resize(world_.jobs.size());
+    quotes_.Clear();
     Drain();
     return Status::Ok();
   }
@@ -241,12 +242,13 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     const Job& j = world_.jobs[job];
     Tenant& t = tenants_[job];
     auto id = engine_->CreateTenant(now(), "job-" + std::to_string(job), std::max<Money>(j.budget, 1));
+    quotes_.Clear();  // The call advanced the engine to now.
     Drain();
     if (!id.ok()) return;
     t.id = *id;
     if (job_of_tenant_.size() <= id->value) job_of_tenant_.resize(id->value + 1, -1);
     job_of_tenant_[id->value] = static_cast<int32_t>(job);
-    t.client = std::make_unique<sdk::InProcessMarketClient>(engine_.get(), *id, [this] { return now(); });
+    t.client = std::make_unique<sdk::InProcessMarketClient>(engine_.get(), *id, [this] { return now(); }, &quotes_);
     t.strategy = MakeStrategy(job);
     t.listener = std::make_unique<JobListener>(this, job);
     t.adapter = std::make_unique<sdk::EconAdapter>(t.client.get(), t.strategy.get(), t.listener.get());
@@ -311,7 +313,10 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   }
 
   void OnTick() override {
-    // Every active tenant re-prices once per tick (time-dependent strategies).
+    // Each active tenant re-prices at most once per tick, and only when its
+    // inputs changed: a watched quote, its own events, or its strategy's timer
+    // (EconAdapter::NeedsReprice). Skipping the others makes no engine call
+    // that a re-price would have made.
     std::vector<uint32_t> still;
     for (uint32_t job : active_) {
       Tenant& t = tenants_[job];
@@ -337,7 +342,8 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
           t.partial_since = -1;
         }
       }
-      t.adapter->MarkDirty();
+      if (options_.reprice_every_tick) t.adapter->MarkDirty();
+      if (!t.adapter->NeedsReprice(now())) continue;
       (void)t.adapter->Reprice();
       Drain();
     }
@@ -370,6 +376,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   void AdvanceExternal(Micros t) override {
     if (!engine_ || t < engine_->now()) return;
     (void)engine_->Advance(t);
+    quotes_.Clear();
     Drain();
   }
 
@@ -387,6 +394,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   }
 
   std::unique_ptr<market::MarketEngine> engine_;
+  sdk::QuoteCache quotes_;  // Shared by the tenants' clients; cleared by every engine change.
   std::vector<Tenant> tenants_;
   std::vector<int32_t> job_of_tenant_;
   std::vector<uint32_t> active_;

@@ -87,6 +87,10 @@ struct RunOptions {
   std::function<void(double)> progress;
   // LaissezCloud only: sees every engine operation (simulate --oplog).
   market::OperationObserver operation_observer;
+  // LaissezCloud only: re-price every active tenant every tick, as before
+  // tenants were re-priced only when their inputs changed. For checking that
+  // the skipping changes nothing (the engine sees the same operations).
+  bool reprice_every_tick = false;
 };
 
 class Mechanism {

@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "oplog/oplog.h"
 #include "sim/baselines.h"
 #include "sim/laissez_mechanism.h"
 #include "sim/mechanism.h"
@@ -15,9 +16,10 @@ namespace {
 
 const std::string kBase = std::string(LAISSEZ_SOURCE_DIR) + "/scenarios/base.yaml";
 
-World SmallWorld(double contention, uint64_t seed, int nodes = 12) {
+World SmallWorld(double contention, uint64_t seed, int nodes = 12, Utility utility = Utility::kRetention) {
   auto s = LoadScenario(kBase);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
+  s->utility = utility;
   s->node_count = nodes;
   s->rows = 2;
   s->racks_per_row = 2;
@@ -146,6 +148,39 @@ TYPED_TEST(MechanismTest, AloneAJobRunsNearlyAtItsIdealRate) {
   // Only the restore and checkpoint saves slow it down.
   EXPECT_GT(r->jobs[0].retention, 0.8);
   EXPECT_EQ(r->jobs[0].evictions, 0u);
+}
+
+// Re-pricing only the tenants whose inputs changed (issue 12) must not change
+// what the engine sees: the same operations, in the same order, at the same
+// times, as re-pricing every tenant every tick, for both tenant populations.
+TEST(LaissezRepricingTest, SkippingUnchangedTenantsSendsTheEngineTheSameOperations) {
+  for (Utility utility : {Utility::kValue, Utility::kRetention}) {
+    for (uint64_t seed : {1, 2, 3}) {
+      World w = SmallWorld(1.3, seed, 24, utility);
+      auto run = [&](bool every_tick, std::string* ops) {
+        RunOptions o;
+        o.reprice_every_tick = every_tick;
+        o.operation_observer = [ops](const market::Operation& op, uint64_t id) {
+          *ops += oplog::EncodeOperation(op, id) + "\n";
+        };
+        auto r = LaissezMechanism().Run(w, o);
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        return std::move(r).value();
+      };
+      std::string every, skipping;
+      RunResult a = run(true, &every);
+      RunResult b = run(false, &skipping);
+      SCOPED_TRACE(std::string(utility == Utility::kValue ? "value" : "retention") + " seed " + std::to_string(seed));
+      EXPECT_GT(every.size(), 0u);
+      EXPECT_TRUE(every == skipping) << "the engine saw different operations";
+      EXPECT_EQ(a.metrics.engine_events, b.metrics.engine_events);
+      EXPECT_LE(b.metrics.price_calls, a.metrics.price_calls);
+      // Value tenants waiting for nodes have nothing to re-price while their quotes hold.
+      if (utility == Utility::kValue) {
+        EXPECT_LT(b.metrics.price_calls, a.metrics.price_calls);
+      }
+    }
+  }
 }
 
 }  // namespace
