@@ -76,6 +76,8 @@ void RegisterSimCommands(CLI::App& app, int* exit_code) {
     auto out = std::make_shared<std::string>("out");
     auto seed = std::make_shared<uint64_t>(1);
     auto seeds = std::make_shared<size_t>(0);
+    auto scale_nodes = std::make_shared<int>(0);
+    auto scale_days = std::make_shared<int>(0);
     std::string names = "all";
     for (const std::string& n : sim::ExperimentNames()) names += ", " + n;
     cmd->add_option("name", *name, names)->required();
@@ -86,12 +88,20 @@ void RegisterSimCommands(CLI::App& app, int* exit_code) {
                     "Paired seeds per cell of fig6, azure-llm, robustness and heldout (seed, seed+1, ...; "
                     "default 3 with --quick, else 10)")
         ->check(CLI::Range(size_t{1}, size_t{1000}));
+    cmd->add_option("--scale-nodes", *scale_nodes,
+                    "scale: run one case of this many nodes (default 10000) instead of the fixed cases")
+        ->check(CLI::Range(100, 1'000'000));
+    cmd->add_option("--scale-days", *scale_days,
+                    "scale: simulated days of that one case (default 1 with --quick, else 7)")
+        ->check(CLI::Range(1, 28));
     cmd->callback([=] {
       sim::ExperimentOptions o;
       o.quick = *quick;
       o.out_dir = *out;
       o.seed = *seed;
       o.seeds = *seeds;
+      o.scale_nodes = *scale_nodes;
+      o.scale_days = *scale_days;
       o.log = log;
       Status s = sim::RunExperiment(*name, o);
       if (!s.ok()) {

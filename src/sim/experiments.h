@@ -22,6 +22,10 @@ struct ExperimentOptions {
   uint64_t seed = 1;
   size_t seeds = 0;          // Paired seeds per cell (seed, seed + 1, ...); 0: 3 quick, 10 full.
   std::string scenario_dir;  // Where base.yaml and friends live; default: the source tree's scenarios/.
+  // `scale` with either set runs the one case nodes x days (defaults 10,000
+  // nodes; 1 day with `quick`, else 7) instead of its fixed cases.
+  int scale_nodes = 0;
+  int scale_days = 0;
   std::function<void(const std::string&)> log;  // Progress lines (stderr).
 };
 
