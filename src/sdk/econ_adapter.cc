@@ -8,8 +8,11 @@ namespace laissez::sdk {
 // ---- OrderBookView ----
 
 void BookReads::Quoted(VertexId v, Price p) {
+  // Every distinct price read is kept: a round may see a vertex move under
+  // its own calls (a later request reads what an earlier one changed), and
+  // the round's answers used each of them.
   for (const auto& [seen, price] : quotes)
-    if (seen == v) return;  // The first read of a round is the one its answers used.
+    if (seen == v && price == p) return;
   quotes.emplace_back(v, p);
 }
 

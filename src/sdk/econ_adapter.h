@@ -76,7 +76,7 @@ struct NodeSpec {
 // What the Price() calls of one re-pricing round read from the market, so the
 // adapter knows when an answer can change (EconAdapter::NeedsReprice).
 struct BookReads {
-  std::vector<std::pair<VertexId, Price>> quotes;  // Quote prices read, one entry per vertex.
+  std::vector<std::pair<VertexId, Price>> quotes;  // Distinct (vertex, quote price) pairs read.
   bool unwatched = false;  // Read counts, an eviction quote or the balance: re-price every tick.
   void Quoted(VertexId v, Price p);
 };
@@ -135,7 +135,8 @@ class PricingStrategy {
   // watches those) and no event of the tenant's (those re-price anyway).
   // kNever: the answer does not depend on time. The default, now + 1, means
   // "at the next tick", which is always correct: override it only when the
-  // answer provably holds longer.
+  // answer provably holds longer. A tenant that changes its strategy's
+  // parameters (e.g. ThroughputValue::set_value_per_hour) calls MarkDirty().
   virtual Micros NextChange(const NodeSpec& /*spec*/, Micros now) const { return now + 1; }
 };
 

@@ -269,6 +269,18 @@ TEST_F(EconAdapterTest, AWatchedQuoteThatMovesTriggersAReprice) {
   EXPECT_FALSE(a.NeedsReprice(client_.now));
 }
 
+TEST(BookReadsTest, KeepsEveryDistinctPriceAVertexHadWithinARound) {
+  // A tenant's later request may read a quote its earlier request's order
+  // moved: the round used both prices, so both are watched.
+  BookReads reads;
+  reads.Quoted(VertexId(2), 3 * kUnit);
+  reads.Quoted(VertexId(2), 3 * kUnit);
+  reads.Quoted(VertexId(2), 4 * kUnit);
+  reads.Quoted(VertexId(1), 3 * kUnit);
+  EXPECT_EQ(reads.quotes, (std::vector<std::pair<VertexId, Price>>{
+                              {VertexId(2), 3 * kUnit}, {VertexId(2), 4 * kUnit}, {VertexId(1), 3 * kUnit}}));
+}
+
 TEST_F(EconAdapterTest, OwnEventsTriggerAReprice) {
   EconAdapter a(&client_, &value_, &listener_);
   ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
