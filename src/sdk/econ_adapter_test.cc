@@ -283,7 +283,8 @@ TEST(BookReadsTest, KeepsEveryDistinctPriceAVertexHadWithinARound) {
 
 TEST_F(EconAdapterTest, OwnEventsTriggerAReprice) {
   EconAdapter a(&client_, &value_, &listener_);
-  ASSERT_TRUE(a.Add(TwoOptions(1)).ok());
+  auto id = a.Add(TwoOptions(1));
+  ASSERT_TRUE(id.ok());
   ASSERT_TRUE(a.Reprice().ok());
   ASSERT_FALSE(a.NeedsReprice(kMinute));
   market::Event e = Alloc(client_.tenant(), OrderId(client_.calls[0].id), NodeId(3), 5 * kUnit);
@@ -294,6 +295,9 @@ TEST_F(EconAdapterTest, OwnEventsTriggerAReprice) {
   market::Event other = Alloc(TenantId(99), OrderId(1), NodeId(4), kUnit);
   a.OnEvents({&other, 1});
   EXPECT_FALSE(a.NeedsReprice(2 * kMinute));
+  // A resize (what the simulator's fleet autoscaler does) is the tenant's own change too.
+  ASSERT_TRUE(a.Resize(*id, 2).ok());
+  EXPECT_TRUE(a.NeedsReprice(2 * kMinute));
 }
 
 TEST_F(EconAdapterTest, AStrategyWithoutTheHookIsRepricedEveryTick) {
