@@ -187,17 +187,22 @@ Result<PolicyId> MarketEngine::AddPolicy(Micros t, const PolicySpec& spec) {
       // controller's first step is one interval later.
       p.power_floor = s->min_floor;
       p.next_step = SatAdd(m.now_, s->interval);
+    } else if (const auto* s = std::get_if<AdaptiveCarbonBudgetSpec>(&spec)) {
+      if (!s->region.valid() || s->region.value >= m.topo_.location_count() ||
+          m.topo_.location(s->region).level != Level::kRegion) {
+        return InvalidArgument("region: not a region location");
+      }
+      LZ_RETURN_IF_ERROR(ValidateAdaptiveCarbonBudget(*s));
+      LZ_RETURN_IF_ERROR(m.CheckSeries(s->series));
+      // The price starts at min_price at once; the first step is one interval later.
+      p.power_floor = s->min_price;
+      p.next_step = SatAdd(m.now_, s->interval);
     } else if (const auto* s = std::get_if<CarbonSpec>(&spec)) {
       if (!s->location.valid() || s->location.value >= m.topo_.location_count()) {
         return NotFound("location: no location with id " + Num(s->location.value));
       }
       if (s->price_per_tonne < 0) return InvalidArgument("price_per_tonne: must not be negative");
-      Micros last = std::numeric_limits<Micros>::min();
-      for (auto [from, v] : s->series) {
-        if (from <= last) return InvalidArgument("series: times must be strictly ascending");
-        if (v < 0) return InvalidArgument("series: intensity must not be negative");
-        last = from;
-      }
+      LZ_RETURN_IF_ERROR(m.CheckSeries(s->series));
     }
     uint32_t id = static_cast<uint32_t>(m.policies_.size());
     m.policies_.push_back(std::move(p));
@@ -226,6 +231,27 @@ Status MarketEngine::RemovePolicy(Micros t, PolicyId id) {
     m.UnindexPolicy(id.value);
     m.SchedulePolicy(id.value);
     m.RecomputeFloorsUnder(p);
+    return Status::Ok();
+  });
+  return m.Observed(t, body, std::move(result));
+}
+
+Status MarketEngine::SetAdaptiveCap(Micros t, PolicyId id, int64_t cap) {
+  Impl& m = *impl_;
+  std::optional<OpBody> body;
+  if (m.observer_) body.emplace(OpSetAdaptiveCap{id, cap});
+  auto result = m.Call(t, [&]() -> Status {
+    if (!id.valid() || id.value >= m.policies_.size() || !m.policies_[id.value].alive) {
+      return NotFound("policy: no policy with id " + Num(id.value));
+    }
+    Policy& p = m.policies_[id.value];
+    auto* power = std::get_if<AdaptivePowerCapSpec>(&p.spec);
+    auto* carbon = std::get_if<AdaptiveCarbonBudgetSpec>(&p.spec);
+    if (!power && !carbon) return FailedPrecondition("policy: policy " + Num(id.value) + " is not an adaptive cap");
+    if (cap <= 0 || cap == kInfPrice) return InvalidArgument("cap: must be positive and finite");
+    // Only the cap changes: the value (floor or price) and the step grid
+    // stay, so it is continuous and the next step measures against the new target.
+    (power ? power->cap_w : carbon->budget_g_per_h) = cap;
     return Status::Ok();
   });
   return m.Observed(t, body, std::move(result));
@@ -479,11 +505,16 @@ Result<PolicyView> MarketEngine::GetPolicy(PolicyId id) const {
   v.alive = p.alive;
   if (std::holds_alternative<PowerCapSpec>(p.spec) || std::holds_alternative<AdaptivePowerCapSpec>(p.spec)) {
     v.floor = p.alive ? p.power_floor : 0;
+    v.staying_w = p.staying_w;
+  } else if (std::holds_alternative<AdaptiveCarbonBudgetSpec>(p.spec)) {
+    v.carbon_price = p.alive ? p.power_floor : 0;
+    v.staying_g_per_h = p.staying_w;
   }
-  v.staying_w = p.staying_w;
   v.next_step = p.alive ? p.next_step : kNever;
   return v;
 }
+
+size_t MarketEngine::policy_count() const { return impl_->policies_.size(); }
 
 size_t MarketEngine::tenant_count() const { return impl_->tenants_.size(); }
 

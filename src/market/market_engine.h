@@ -78,9 +78,16 @@ class MarketEngine {
   // Removes a free, unreserved node (drain it first). FAILED_PRECONDITION otherwise.
   Status RemoveNode(Micros t, NodeId node);
   Status SetParams(Micros t, const MarketParams& params);
-  // Adds an InfraMaps policy (static floor, power cap, carbon, maintenance).
+  // Adds an InfraMaps policy (static floor, power cap, carbon, maintenance,
+  // adaptive power cap, adaptive carbon budget).
   Result<PolicyId> AddPolicy(Micros t, const PolicySpec& spec);
   Status RemovePolicy(Micros t, PolicyId id);
+  // Changes a live adaptive policy's cap in place - an adaptive power cap's
+  // cap_w (a cooling failure), an adaptive carbon budget's budget_g_per_h:
+  // the controller keeps its value (floor or carbon price) and step times;
+  // its next step measures against the new target. NOT_FOUND if no live
+  // policy has the id, FAILED_PRECONDITION if it is not adaptive.
+  Status SetAdaptiveCap(Micros t, PolicyId id, int64_t cap);
 
   // ---- Tenants and budgets ----
   Result<TenantId> CreateTenant(Micros t, std::string name, Money balance, Price max_rate = kInfPrice);
@@ -115,6 +122,8 @@ class MarketEngine {
   // A policy's state now, removed ones included (alive = false). NOT_FOUND if
   // no policy ever had that id.
   Result<PolicyView> GetPolicy(PolicyId id) const;
+  // Policies ever added: their ids are 0 .. policy_count() - 1.
+  size_t policy_count() const;
   size_t tenant_count() const;
   Result<TenantId> FindTenant(std::string_view name) const;
   // Money the tenant would have if every holding were settled now.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "market/operation.h"
@@ -377,6 +378,60 @@ class AdaptiveCapTest : public ::testing::Test {
     for (NodeId n : row_) w += engine_->GetNode(n)->holder.valid() ? 1000 : 0;
     return w;
   }
+  // Advances second by second from t0 to 30 minutes past `bound` and returns
+  // the first time `measure()` was at most `cap` (kNever if never), checking
+  // that it never went above it again.
+  Micros MetAt(Micros t0, Micros bound, int64_t cap, const std::function<int64_t()>& measure) {
+    Micros met = kNever;
+    for (Micros t = t0; t <= bound + 30 * kMin; t += kSec) {
+      EXPECT_TRUE(engine_->Advance(t).ok());
+      if (met == kNever && measure() <= cap) met = t;
+      if (met != kNever) {
+        EXPECT_LE(measure(), cap) << "over the cap again at " << t;
+      }
+    }
+    return met;
+  }
+  // Every release so far came a full grace after a floor notice on its node;
+  // returns how many releases there were.
+  int ReleasesAfterNoticeAndGrace() {
+    std::map<uint32_t, Micros> noticed;
+    int released = 0;
+    for (const Event& ev : rec_.events) {
+      if (ev.type == EventType::kNotice && (ev.reasons & kReasonFloor) && !noticed.count(ev.node.value)) {
+        noticed[ev.node.value] = ev.time;
+      }
+      if (ev.type == EventType::kReleased) {
+        ++released;
+        EXPECT_TRUE(noticed.count(ev.node.value)) << "node " << ev.node.value << " released without a notice";
+        if (noticed.count(ev.node.value)) {
+          EXPECT_GE(ev.time - noticed[ev.node.value], engine_->params().grace);
+        }
+      }
+    }
+    return released;
+  }
+  // After an in-place raise of policy `id`'s cap at t1 to `cap`: the value
+  // stays at the change, then falls by at most fall_step a step for 20
+  // minutes (and does fall). Returns the last value.
+  Price FallsAfterRaise(PolicyId id, Micros t1, int64_t cap, Price fall_step, bool carbon) {
+    auto value = [&] {
+      auto pv = engine_->GetPolicy(id);
+      return carbon ? pv->carbon_price : pv->floor;
+    };
+    const Price high = value();
+    EXPECT_TRUE(engine_->SetAdaptiveCap(t1, id, cap).ok());
+    EXPECT_EQ(value(), high);
+    Price prev = high;
+    for (Micros t = t1 + kSec; t <= t1 + 20 * kMin; t += kSec) {
+      EXPECT_TRUE(engine_->Advance(t).ok());
+      Price v = value();
+      EXPECT_LE(prev - v, fall_step) << "at " << t;
+      prev = v;
+    }
+    EXPECT_LT(prev, high);
+    return prev;
+  }
   std::unique_ptr<MarketEngine> engine_;
   Recorder rec_;
   std::vector<NodeId> row_;
@@ -401,14 +456,7 @@ TEST_F(AdaptiveCapTest, LoweredCapIsMetWithinTheStatedBoundWithNoticeAndNoOversh
   const Price L = 10 * kUnit;
   const int64_t k = (L + 1 - emergency.min_floor + emergency.rise_min - 1) / emergency.rise_min;
   const Micros bound = t0 + k * emergency.interval + engine_->params().grace;
-  Micros met = kNever;
-  for (Micros t = t0; t <= bound + 30 * kMin; t += kSec) {
-    ASSERT_TRUE(engine_->Advance(t).ok());
-    if (met == kNever && RowPower() <= emergency.cap_w) met = t;
-    if (met != kNever) {
-      EXPECT_LE(RowPower(), emergency.cap_w) << "over the cap again at " << t;
-    }
-  }
+  const Micros met = MetAt(t0, bound, emergency.cap_w, [&] { return RowPower(); });
   ASSERT_NE(met, kNever);
   EXPECT_LE(met, bound);
   // 50% rises from 0: 1, 2, 3, 4.5, 6.75 - the fifth step puts the floor above
@@ -426,19 +474,115 @@ TEST_F(AdaptiveCapTest, LoweredCapIsMetWithinTheStatedBoundWithNoticeAndNoOversh
   EXPECT_EQ(pv->floor, 6'750'000);
   EXPECT_EQ(pv->staying_w, 4'000);
   // Every release for the floor came a full grace after a floor notice.
-  std::map<uint32_t, Micros> noticed;
-  int released = 0;
-  for (const Event& ev : rec_.events) {
-    if (ev.type == EventType::kNotice && (ev.reasons & kReasonFloor) && !noticed.count(ev.node.value)) {
-      noticed[ev.node.value] = ev.time;
-    }
-    if (ev.type == EventType::kReleased) {
-      ++released;
-      ASSERT_TRUE(noticed.count(ev.node.value)) << "node " << ev.node.value << " released without a notice";
-      EXPECT_GE(ev.time - noticed[ev.node.value], engine_->params().grace);
+  EXPECT_EQ(ReleasesAfterNoticeAndGrace(), 6);
+}
+
+// The same cooling failure, met by lowering the live cap in place
+// (SetAdaptiveCap) between two control steps: the floor does not jump at the
+// change, the bound of docs/MECHANISM.md holds from the change, every release
+// follows a notice by a full grace, and when cooling is back the floor falls
+// from where it was by at most fall_step a step.
+TEST_F(AdaptiveCapTest, CapLoweredInPlaceIsMetWithinTheBoundAndTheFloorIsContinuous) {
+  AdaptivePowerCapSpec s = Spec(20'000);
+  auto id = engine_->AddPolicy(0, s);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE(engine_->Advance(60 * kMin).ok());
+  EXPECT_EQ(RowPower(), 10'000);
+  const Micros t0 = 60 * kMin + 25 * kSec;  // Between two steps.
+  const auto before = engine_->GetPolicy(*id);
+  ASSERT_TRUE(engine_->SetAdaptiveCap(t0, *id, 5'000).ok());
+  auto after = engine_->GetPolicy(*id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->floor, before->floor);
+  EXPECT_EQ(after->next_step, before->next_step);
+  EXPECT_EQ(std::get<AdaptivePowerCapSpec>(after->spec).cap_w, 5'000);
+  s.cap_w = 5'000;
+  // The bound from t0, with every limit at most L and max_floor > L.
+  const Price L = 10 * kUnit;
+  const int64_t k = (L + 1 - s.min_floor + s.rise_min - 1) / s.rise_min;
+  const Micros bound = t0 + k * s.interval + engine_->params().grace;
+  const Micros met = MetAt(t0, bound, s.cap_w, [&] { return RowPower(); });
+  ASSERT_NE(met, kNever);
+  EXPECT_LE(met, bound);
+  EXPECT_GE(RowPower(), AdaptiveThresholdsOf(s).target - 1'000);  // At most one node too many went.
+  EXPECT_GT(ReleasesAfterNoticeAndGrace(), 0);
+
+  // Cooling is back: the cap returns in place; the floor stays, then falls by
+  // at most fall_step a step (the row is now under the band).
+  ASSERT_GT(engine_->GetPolicy(*id)->floor, 0);
+  FallsAfterRaise(*id, engine_->now() + 7 * kSec, 20'000, s.fall_step, /*carbon=*/false);
+
+  // Only a live adaptive cap has a cap to change; a refused call changes nothing.
+  auto fixed = engine_->AddPolicy(engine_->now(), StaticFloorSpec{FloorTarget{row_loc_, NodeId()}, 0});
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(engine_->SetAdaptiveCap(engine_->now(), *fixed, 5'000).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_->SetAdaptiveCap(engine_->now(), PolicyId(999), 5'000).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->SetAdaptiveCap(engine_->now(), *id, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::get<AdaptivePowerCapSpec>(engine_->GetPolicy(*id)->spec).cap_w, 20'000);
+  ASSERT_TRUE(engine_->RemovePolicy(engine_->now(), *id).ok());
+  EXPECT_EQ(engine_->SetAdaptiveCap(engine_->now(), *id, 5'000).code(), StatusCode::kNotFound);
+}
+
+// An adaptive carbon budget over the region: the same ten holders (1 kW each,
+// limits 1..10/h) at 400 gCO2/kWh emit 4 kg/h against a 2 kg/h budget. The
+// controller raises the carbon price until the emissions that stay are under
+// the target, within the bound of docs/MECHANISM.md, with a notice and a full
+// grace before every release, and each node's floor is intensity x power x
+// price. A budget raised in place keeps the price, which then falls by at most
+// fall_step a step.
+TEST_F(AdaptiveCapTest, RegionOverItsCarbonBudgetIsBroughtUnderItWithinTheBound) {
+  ASSERT_TRUE(engine_->Advance(60 * kMin).ok());
+  const int64_t intensity = 400;  // gCO2/kWh.
+  AdaptiveCarbonBudgetSpec s;
+  s.region = *engine_->topology().FindLocation("eu");
+  s.budget_g_per_h = 2'000;
+  s.series = {{0, intensity}};
+  s.margin_ppm = 100'000;
+  s.band_ppm = 100'000;
+  s.interval = kMin;
+  s.rise_ppm = 500'000;
+  s.rise_min = 1'000 * kUnit;  // Per tonne.
+  s.rise_max = 8'000 * kUnit;
+  s.fall_step = 500 * kUnit;
+  auto emissions = [&] { return RowPower() * intensity / 1000; };  // g/h; the other row's node is free.
+  ASSERT_GT(emissions(), s.budget_g_per_h);
+  const Micros t0 = engine_->now();
+  auto id = engine_->AddPolicy(t0, s);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  // The bound: with every limit at most Lmax and the intensity constant, a
+  // price above P* = floor(Lmax x 10^9 / (intensity x power)) prices every
+  // holder out.
+  const Price lmax = 10 * kUnit;
+  const Price p_star = static_cast<Price>(static_cast<__int128>(lmax) * 1'000'000'000 / (intensity * 1000)) + 1;
+  const int64_t k = (p_star - s.min_price + s.rise_min - 1) / s.rise_min;
+  const Micros bound = t0 + k * s.interval + engine_->params().grace;
+  const auto th = AdaptiveThresholdsOf(ControlOf(s));
+  const Micros met = MetAt(t0, bound, s.budget_g_per_h, emissions);
+  ASSERT_NE(met, kNever);
+  EXPECT_LE(met, bound);
+  auto pv = engine_->GetPolicy(*id);
+  ASSERT_TRUE(pv.ok());
+  EXPECT_EQ(pv->staying_g_per_h, emissions());
+  EXPECT_LE(pv->staying_g_per_h, th.target);
+  // No overshoot: at most one holder more than the target needs went (the
+  // last rise priced out one limit level at a time here).
+  EXPECT_GT(emissions() + intensity, th.target);
+  for (NodeId n : row_) {
+    auto v = engine_->GetNode(n);
+    if (v->holder.valid()) {
+      EXPECT_EQ(v->floor, CarbonFloor(intensity, 1000, pv->carbon_price));
+      EXPECT_GE(v->limit, v->floor);
     }
   }
-  EXPECT_EQ(released, 6);
+  EXPECT_GT(ReleasesAfterNoticeAndGrace(), 0);
+
+  // The budget is raised in place: the price stays, then falls by at most
+  // fall_step a step, and the floors follow it.
+  const Price prev = FallsAfterRaise(*id, engine_->now() + 13 * kSec, 100'000, s.fall_step, /*carbon=*/true);
+  EXPECT_EQ(engine_->GetNode(row_[9])->floor, CarbonFloor(intensity, 1000, prev));
+  // A carbon budget needs a region.
+  s.region = row_loc_;
+  EXPECT_EQ(engine_->AddPolicy(engine_->now(), s).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(AdaptiveCapTest, FloorFallsNoFasterThanItsBoundWhenTheRowEmpties) {

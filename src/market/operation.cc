@@ -28,6 +28,7 @@ struct Applier {
   ApplyResult operator()(const OpCancelOrder& o) { return {e.CancelOrder(t, o.tenant, o.order)}; }
   ApplyResult operator()(const OpSetLimit& o) { return {e.SetLimit(t, o.tenant, o.node, o.limit)}; }
   ApplyResult operator()(const OpRelinquish& o) { return {e.Relinquish(t, o.tenant, o.node)}; }
+  ApplyResult operator()(const OpSetAdaptiveCap& o) { return {e.SetAdaptiveCap(t, o.policy, o.cap)}; }
 };
 
 struct Namer {
@@ -45,6 +46,7 @@ struct Namer {
   std::string_view operator()(const OpCancelOrder&) { return "cancel_order"; }
   std::string_view operator()(const OpSetLimit&) { return "set_limit"; }
   std::string_view operator()(const OpRelinquish&) { return "relinquish"; }
+  std::string_view operator()(const OpSetAdaptiveCap&) { return "set_adaptive_cap"; }
 };
 
 }  // namespace

@@ -27,10 +27,14 @@ struct OpUpdateOrder { TenantId tenant; OrderId order; Price price = 0; };
 struct OpCancelOrder { TenantId tenant; OrderId order; };
 struct OpSetLimit { TenantId tenant; NodeId node; Price limit = 0; };
 struct OpRelinquish { TenantId tenant; NodeId node; };
+// A live adaptive policy's cap changed in place: `cap_w` of an adaptive power
+// cap, `budget_g_per_h` of an adaptive carbon budget. The controller keeps its
+// value (floor or carbon price) and its step times (docs/MECHANISM.md).
+struct OpSetAdaptiveCap { PolicyId policy; int64_t cap = 0; };
 
 using OpBody = std::variant<OpAdvance, OpAddNode, OpRemoveNode, OpSetParams, OpAddPolicy, OpRemovePolicy,
                             OpCreateTenant, OpDeposit, OpSetMaxRate, OpPlaceOrder, OpUpdateOrder,
-                            OpCancelOrder, OpSetLimit, OpRelinquish>;
+                            OpCancelOrder, OpSetLimit, OpRelinquish, OpSetAdaptiveCap>;
 
 struct Operation {
   Micros time = 0;

@@ -26,8 +26,9 @@ Status ValidateParams(const MarketParams& p) {
   return Status::Ok();
 }
 
-Status ValidateAdaptivePowerCap(const AdaptivePowerCapSpec& s) {
-  if (s.cap_w <= 0) return InvalidArgument("cap_w: must be positive");
+Status ValidateAdaptiveControl(const AdaptiveControl& s, const AdaptiveFieldNames& names) {
+  const std::string cap = names.cap, min_value = names.min_value, max_value = names.max_value;
+  if (s.cap <= 0) return InvalidArgument(cap + ": must be positive");
   if (s.margin_ppm < 0 || s.margin_ppm >= kPpm) return InvalidArgument("margin_ppm: must be in [0, 1000000)");
   if (s.band_ppm < 0 || s.band_ppm > kPpm - s.margin_ppm) {
     return InvalidArgument("band_ppm: must not be negative, and margin_ppm + band_ppm at most 1000000");
@@ -40,28 +41,69 @@ Status ValidateAdaptivePowerCap(const AdaptivePowerCapSpec& s) {
   }
   if (s.rise_ppm < 0 || s.rise_ppm > 100 * kPpm) return InvalidArgument("rise_ppm: must be in [0, 100000000]");
   if (s.rise_min < 1 || s.rise_min == kInfPrice) {
-    return InvalidArgument("rise_min: must be finite and at least 1 (a floor at 0 must be able to rise)");
+    return InvalidArgument("rise_min: must be finite and at least 1 (a value at 0 must be able to rise)");
   }
   if (s.rise_max < s.rise_min || s.rise_max == kInfPrice) return InvalidArgument("rise_max: must be finite and at least rise_min");
   if (s.fall_step < 0 || s.fall_step == kInfPrice) return InvalidArgument("fall_step: must be finite and not negative");
-  if (s.min_floor < 0 || s.min_floor == kInfPrice) return InvalidArgument("min_floor: must be finite and not negative");
-  if (s.max_floor < s.min_floor) return InvalidArgument("max_floor: must be at least min_floor");
+  if (s.min_value < 0 || s.min_value == kInfPrice) return InvalidArgument(min_value + ": must be finite and not negative");
+  if (s.max_value < s.min_value) return InvalidArgument(max_value + ": must be at least " + min_value);
   return Status::Ok();
 }
 
-Price AdaptiveStep(const AdaptivePowerCapSpec& s, Price floor, int64_t staying_w, bool reclaim_pending) {
-  // Thresholds in watts, rounded down: the row must be strictly above the
-  // target to rise, so rounding down errs on the side of holding the cap.
-  const __int128 cap = s.cap_w;
-  const __int128 target = cap * (kPpm - s.margin_ppm) / kPpm;
-  const __int128 low = cap * (kPpm - s.margin_ppm - s.band_ppm) / kPpm;
-  if (staying_w > target) {
-    Price rise = std::clamp(MulPpmCeil(floor, s.rise_ppm), s.rise_min, s.rise_max);
-    return std::min(s.max_floor, SatAdd(floor, rise));
+AdaptiveThresholds AdaptiveThresholdsOf(const AdaptiveControl& s) {
+  // Rounded down: the measurement must be strictly above the target to rise,
+  // so rounding down errs on the side of holding the cap.
+  const __int128 cap = s.cap;
+  return {static_cast<int64_t>(cap * (kPpm - s.margin_ppm) / kPpm),
+          static_cast<int64_t>(cap * (kPpm - s.margin_ppm - s.band_ppm) / kPpm)};
+}
+
+Price AdaptiveStep(const AdaptiveControl& s, Price value, int64_t measured, bool reclaim_pending) {
+  const auto [target, low] = AdaptiveThresholdsOf(s);
+  if (measured > target) {
+    Price rise = std::clamp(MulPpmCeil(value, s.rise_ppm), s.rise_min, s.rise_max);
+    return std::min(s.max_value, SatAdd(value, rise));
   }
-  if (reclaim_pending || staying_w >= low) return floor;
-  if (floor == kInfPrice) return floor;  // Only a saturated rise gets here; stay put rather than jump.
-  return std::max(s.min_floor, floor - std::min(floor, s.fall_step));
+  if (reclaim_pending || measured >= low) return value;
+  if (value == kInfPrice) return value;  // Only a saturated rise gets here; stay put rather than jump.
+  return std::max(s.min_value, value - std::min(value, s.fall_step));
+}
+
+AdaptiveControl ControlOf(const AdaptivePowerCapSpec& s) {
+  return {s.cap_w, s.margin_ppm, s.band_ppm, s.interval, s.rise_ppm, s.rise_min, s.rise_max, s.fall_step,
+          s.min_floor, s.max_floor};
+}
+
+Status ValidateAdaptivePowerCap(const AdaptivePowerCapSpec& s) {
+  return ValidateAdaptiveControl(ControlOf(s), {"cap_w", "min_floor", "max_floor"});
+}
+
+AdaptiveControl ControlOf(const AdaptiveCarbonBudgetSpec& s) {
+  return {s.budget_g_per_h, s.margin_ppm, s.band_ppm, s.interval, s.rise_ppm, s.rise_min, s.rise_max, s.fall_step,
+          s.min_price, s.max_price};
+}
+
+Status ValidateAdaptiveCarbonBudget(const AdaptiveCarbonBudgetSpec& s) {
+  return ValidateAdaptiveControl(ControlOf(s), {"budget_g_per_h", "min_price", "max_price"});
+}
+
+Price CarbonFloor(int64_t g_per_kwh, int64_t power_w, Price per_tonne) {
+  if (g_per_kwh <= 0 || power_w <= 0 || per_tonne <= 0) return 0;
+  // g/kWh x W = mg/h; x price per tonne / 10^9 = price per hour. Rounded up.
+  const __int128 mg_per_h = static_cast<__int128>(g_per_kwh) * power_w;
+  const __int128 limit = static_cast<__int128>(kInfPrice) * 1'000'000'000;
+  if (per_tonne == kInfPrice || static_cast<__int128>(per_tonne) > limit / mg_per_h) return kInfPrice;
+  const __int128 f = (mg_per_h * per_tonne + 999'999'999) / 1'000'000'000;
+  return f >= kInfPrice ? kInfPrice : static_cast<Price>(f);
+}
+
+int64_t IntensityAt(const std::vector<std::pair<Micros, int64_t>>& series, Micros t) {
+  int64_t intensity = 0;
+  for (auto [from, v] : series) {
+    if (from > t) break;
+    intensity = v;
+  }
+  return intensity;
 }
 
 std::string_view LocalityName(Locality l) {

@@ -113,12 +113,50 @@ struct MaintenanceSpec {  // Infinite floor on [start, end): notices at start - 
   Micros end = kNever;  // kNever: a drain.
   bool operator==(const MaintenanceSpec&) const = default;
 };
-// An adaptive power cap (docs/MECHANISM.md, "Adaptive power caps"): a
-// controller sets the row's floor from its committed power every `interval`,
-// on the engine's clock. It rises while the row's power that stays (held nodes
-// whose holder is not leaving under a floor notice) is above the target
-// cap x (1 - margin), holds in the band below the target or while a reclaim it
-// caused is pending, and otherwise falls by at most `fall_step` per interval.
+// The controller of an adaptive policy (docs/MECHANISM.md, "Adaptive power
+// caps" and "Adaptive carbon budgets"): every `interval` on the engine's clock
+// it measures what stays (held nodes whose holder is not leaving under a floor
+// notice) and moves its value V - a floor, or a carbon price per tonne - up
+// while the measurement is above the target cap x (1 - margin), holds it in the
+// band below the target or while a reclaim is pending, and otherwise lowers it
+// by at most `fall_step`. Both adaptive specs carry these fields under their
+// own names; `ControlOf` gathers them.
+struct AdaptiveControl {
+  int64_t cap = 0;           // The cap on the measurement (watts; grams CO2 per hour).
+  Ppm margin_ppm = 0;        // Target = cap x (1 - margin); in [0, 1000000).
+  Ppm band_ppm = 0;          // Hold band below the target; margin + band <= 1000000.
+  Micros interval = 60 * kMicrosPerSecond;  // Control interval, >= 1 s.
+  Ppm rise_ppm = 0;          // Multiplicative part of a rise (of the current value).
+  Price rise_min = 1;        // Smallest rise, >= 1 (a value at 0 must be able to rise).
+  Price rise_max = 0;        // Largest rise per interval, >= rise_min, finite.
+  Price fall_step = 0;       // Largest fall per interval, finite (0: the value never falls).
+  Price min_value = 0;       // The value starts here and never goes below; finite.
+  Price max_value = kInfPrice;  // The value never goes above; >= min_value.
+};
+// The names a spec gives the control's fields, for error messages.
+struct AdaptiveFieldNames {
+  const char* cap;
+  const char* min_value;
+  const char* max_value;
+};
+// INVALID_ARGUMENT naming the field (under `names`) if a parameter is out of range.
+Status ValidateAdaptiveControl(const AdaptiveControl& c, const AdaptiveFieldNames& names);
+// The controller's thresholds in the measurement's unit, rounded down: the
+// target T = cap x (1 - margin) and the bottom of the hold band
+// L = cap x (1 - margin - band).
+struct AdaptiveThresholds {
+  int64_t target = 0;
+  int64_t low = 0;
+};
+AdaptiveThresholds AdaptiveThresholdsOf(const AdaptiveControl& c);
+// The controller's rule, shared by the engine and the tests: the value after
+// one control step from `value`, given the staying measurement and whether a
+// reclaim is pending.
+Price AdaptiveStep(const AdaptiveControl& c, Price value, int64_t measured, bool reclaim_pending);
+
+// An adaptive power cap (docs/MECHANISM.md, "Adaptive power caps"): the
+// controller's value is the row's floor and its measurement the row's staying
+// power in watts.
 struct AdaptivePowerCapSpec {
   LocationId row;
   int64_t cap_w = 0;
@@ -133,17 +171,49 @@ struct AdaptivePowerCapSpec {
   Price max_floor = kInfPrice;  // The floor never goes above; >= min_floor.
   bool operator==(const AdaptivePowerCapSpec&) const = default;
 };
+AdaptiveControl ControlOf(const AdaptivePowerCapSpec& s);
 // INVALID_ARGUMENT naming the field if a parameter is out of range (the row
 // itself is checked by the engine, which knows the topology).
 Status ValidateAdaptivePowerCap(const AdaptivePowerCapSpec& s);
-// The controller's rule, shared by the engine and the tests: the floor after
-// one control step from `floor`, given the row's staying power and whether a
-// reclaim the controller caused is pending.
-Price AdaptiveStep(const AdaptivePowerCapSpec& s, Price floor, int64_t staying_w, bool reclaim_pending);
+inline AdaptiveThresholds AdaptiveThresholdsOf(const AdaptivePowerCapSpec& s) { return AdaptiveThresholdsOf(ControlOf(s)); }
+inline Price AdaptiveStep(const AdaptivePowerCapSpec& s, Price floor, int64_t staying_w, bool reclaim_pending) {
+  return AdaptiveStep(ControlOf(s), floor, staying_w, reclaim_pending);
+}
+
+// An adaptive carbon budget (docs/MECHANISM.md, "Adaptive carbon budgets"): a
+// region's emissions held under a budget by a carbon price P per tonne that
+// the controller sets; each node's floor is intensity(t) x power x P, as with
+// `CarbonSpec`. The measurement is the region's staying emission rate: the sum
+// over held nodes that are not leaving of power x intensity(t), in grams CO2
+// per hour, rounded up.
+struct AdaptiveCarbonBudgetSpec {
+  LocationId region;
+  int64_t budget_g_per_h = 0;  // Grams CO2 per hour (tonnes in micro-units per hour), > 0.
+  std::vector<std::pair<Micros, int64_t>> series;  // (from time, gCO2/kWh), ascending.
+  Ppm margin_ppm = 0;
+  Ppm band_ppm = 0;
+  Micros interval = 60 * kMicrosPerSecond;
+  Ppm rise_ppm = 0;
+  Price rise_min = 1;        // Of the price per tonne.
+  Price rise_max = 0;
+  Price fall_step = 0;
+  Price min_price = 0;       // Per tonne: the price starts here and never goes below; finite.
+  Price max_price = kInfPrice;
+  bool operator==(const AdaptiveCarbonBudgetSpec&) const = default;
+};
+AdaptiveControl ControlOf(const AdaptiveCarbonBudgetSpec& s);
+Status ValidateAdaptiveCarbonBudget(const AdaptiveCarbonBudgetSpec& s);
+
+// A carbon floor: intensity (gCO2/kWh) x power (W) x price per tonne, in
+// micro-units per hour rounded up; kInfPrice if it does not fit.
+Price CarbonFloor(int64_t g_per_kwh, int64_t power_w, Price per_tonne);
+// The carbon intensity of a series at time t (0 before its first point).
+int64_t IntensityAt(const std::vector<std::pair<Micros, int64_t>>& series, Micros t);
 
 // New kinds go at the end: the variant index is part of nothing persistent,
 // but keeping the order stable keeps `PolicyKindName` simple.
-using PolicySpec = std::variant<StaticFloorSpec, PowerCapSpec, CarbonSpec, MaintenanceSpec, AdaptivePowerCapSpec>;
+using PolicySpec = std::variant<StaticFloorSpec, PowerCapSpec, CarbonSpec, MaintenanceSpec, AdaptivePowerCapSpec,
+                                AdaptiveCarbonBudgetSpec>;
 
 // The state of a policy now (for operators, the dashboard and tests).
 struct PolicyView {
@@ -154,7 +224,12 @@ struct PolicyView {
   // adaptive cap, the step's floor for a power cap, otherwise 0 (static,
   // carbon and maintenance floors are per node or per time; see the spec).
   Price floor = 0;
-  int64_t staying_w = 0;    // Adaptive: the staying power measured at the last step.
+  int64_t staying_w = 0;    // Adaptive power cap: the staying power measured at the last step.
+  // Adaptive carbon budget: the controller's price per tonne (a node's floor
+  // is intensity x power x it) and the staying emission rate (grams CO2 per
+  // hour) measured at the last step.
+  Price carbon_price = 0;
+  int64_t staying_g_per_h = 0;
   Micros next_step = kNever;  // Adaptive: the next control step.
 };
 

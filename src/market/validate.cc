@@ -24,6 +24,20 @@ Status Name(const std::string& s, const std::string& field) {
   return Status::Ok();
 }
 
+// A carbon intensity series: (from time, gCO2/kWh), times strictly ascending.
+Status Series(const std::vector<std::pair<Micros, int64_t>>& series) {
+  Micros last = -1;
+  for (size_t i = 0; i < series.size(); ++i) {
+    std::string f = "series[" + std::to_string(i) + "]";
+    auto [from, intensity] = series[i];
+    LZ_RETURN_IF_ERROR(Finite(from, f + ".time"));
+    if (from <= last) return InvalidArgument(f + ".time: must increase" + Got(from));
+    last = from;
+    LZ_RETURN_IF_ERROR(Finite(intensity, f + ".intensity"));
+  }
+  return Status::Ok();
+}
+
 struct PolicyValidator {
   Status operator()(const StaticFloorSpec& s) {
     return Limit(s.price, "price");
@@ -51,16 +65,7 @@ struct PolicyValidator {
   Status operator()(const CarbonSpec& s) {
     if (!s.location.valid()) return InvalidArgument("location: required");
     LZ_RETURN_IF_ERROR(Finite(s.price_per_tonne, "price_per_tonne"));
-    Micros last = -1;
-    for (size_t i = 0; i < s.series.size(); ++i) {
-      std::string f = "series[" + std::to_string(i) + "]";
-      auto [from, intensity] = s.series[i];
-      LZ_RETURN_IF_ERROR(Finite(from, f + ".time"));
-      if (from <= last) return InvalidArgument(f + ".time: must increase" + Got(from));
-      last = from;
-      LZ_RETURN_IF_ERROR(Finite(intensity, f + ".intensity"));
-    }
-    return Status::Ok();
+    return Series(s.series);
   }
   Status operator()(const MaintenanceSpec& s) {
     LZ_RETURN_IF_ERROR(Finite(s.start, "start"));
@@ -72,6 +77,12 @@ struct PolicyValidator {
     if (s.cap_w >= kInfPrice) return InvalidArgument("cap_w: must be finite" + Got(s.cap_w));
     // The controller's parameter ranges (types.h), which AddPolicy checks too.
     return ValidateAdaptivePowerCap(s);
+  }
+  Status operator()(const AdaptiveCarbonBudgetSpec& s) {
+    if (!s.region.valid()) return InvalidArgument("region: required");
+    if (s.budget_g_per_h >= kInfPrice) return InvalidArgument("budget_g_per_h: must be finite" + Got(s.budget_g_per_h));
+    LZ_RETURN_IF_ERROR(Series(s.series));
+    return ValidateAdaptiveCarbonBudget(s);
   }
 };
 
@@ -160,6 +171,13 @@ Status Validate(const OpRelinquish& o) {
   if (!o.tenant.valid()) return InvalidArgument("tenant: required");
   if (!o.node.valid()) return InvalidArgument("node: required");
   return Status::Ok();
+}
+
+Status Validate(const OpSetAdaptiveCap& o) {
+  // The cap of either adaptive kind: watts, or grams CO2 per hour.
+  if (!o.policy.valid()) return InvalidArgument("policy: required");
+  if (o.cap <= 0) return InvalidArgument("cap: must be positive" + Got(o.cap));
+  return Finite(o.cap, "cap");
 }
 
 }  // namespace laissez::market

@@ -40,5 +40,6 @@ Status Validate(const OpUpdateOrder& o);
 Status Validate(const OpCancelOrder& o);
 Status Validate(const OpSetLimit& o);
 Status Validate(const OpRelinquish& o);
+Status Validate(const OpSetAdaptiveCap& o);
 
 }  // namespace laissez::market

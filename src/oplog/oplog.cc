@@ -25,7 +25,7 @@ enum Key : uint8_t {
   kName, kType, kRegion, kZone, kRow, kRack, kGpus, kMemoryGb, kPowerW, kGrace, kHysteresisPpm, kTick,
   kClipAlphaPpm, kClipInterval, kDecayBeta, kMinHold, kKind, kLocation, kCapW, kSteps, kPricePerTonne,
   kSeries, kStart, kEnd, kMarginPpm, kBandPpm, kInterval, kRisePpm, kRiseMin, kRiseMax, kFallStep, kMinFloor,
-  kMaxFloor, kNumKeys
+  kMaxFloor, kCap, kBudgetGPerH, kMinPrice, kMaxPrice, kNumKeys
 };
 static_assert(kNumKeys <= 64);
 
@@ -35,7 +35,7 @@ constexpr std::string_view kKeyNames[kNumKeys] = {
     "cancel_reason", "name", "type", "region", "zone", "row", "rack", "gpus", "memory_gb", "power_w", "grace",
     "hysteresis_ppm", "tick", "clip_alpha_ppm", "clip_interval", "decay_beta", "min_hold", "kind", "location",
     "cap_w", "steps", "price_per_tonne", "series", "start", "end", "margin_ppm", "band_ppm", "interval", "rise_ppm",
-    "rise_min", "rise_max", "fall_step", "min_floor", "max_floor"};
+    "rise_min", "rise_max", "fall_step", "min_floor", "max_floor", "cap", "budget_g_per_h", "min_price", "max_price"};
 
 // Keys whose value is text rather than a number.
 constexpr uint64_t Bit(Key k) { return uint64_t{1} << k; }
@@ -43,9 +43,12 @@ constexpr uint64_t kStringKeys = Bit(kOp) | Bit(kEvent) | Bit(kLocality) | Bit(k
                                  Bit(kName) | Bit(kType) | Bit(kRegion) | Bit(kZone) | Bit(kRow) | Bit(kRack) |
                                  Bit(kKind);
 constexpr uint64_t kPairKeys = Bit(kSteps) | Bit(kSeries);
-// The controller parameters of an adaptive power cap (besides location and cap_w).
-constexpr uint64_t kAdaptiveKeys = Bit(kMarginPpm) | Bit(kBandPpm) | Bit(kInterval) | Bit(kRisePpm) | Bit(kRiseMin) |
-                                   Bit(kRiseMax) | Bit(kFallStep) | Bit(kMinFloor) | Bit(kMaxFloor);
+// The controller parameters of an adaptive power cap (besides location and
+// cap_w) and of an adaptive carbon budget (besides location, budget and series).
+constexpr uint64_t kControlKeys = Bit(kMarginPpm) | Bit(kBandPpm) | Bit(kInterval) | Bit(kRisePpm) | Bit(kRiseMin) |
+                                  Bit(kRiseMax) | Bit(kFallStep);
+constexpr uint64_t kAdaptiveKeys = kControlKeys | Bit(kMinFloor) | Bit(kMaxFloor);
+constexpr uint64_t kCarbonBudgetKeys = kControlKeys | Bit(kMinPrice) | Bit(kMaxPrice);
 
 int LookupKey(std::string_view key) {
   // Short keys; comparing the length first rejects most candidates cheaply.
@@ -174,38 +177,50 @@ struct OpEncoder {
     AppendTarget(w, s.target);
     w.Price(kPrice, s.price);
   }
-  void operator()(const market::PowerCapSpec& s) {
-    w.Id(kLocation, s.row);
-    w.Int(kCapW, s.cap_w);
-    w.K(kSteps);
+  // [[a, b], ...]; b is written "inf" when it is kInfPrice and `inf` allows it.
+  void Pairs(Key k, const std::vector<std::pair<int64_t, int64_t>>& pairs, bool inf) {
+    w.K(k);
     w.Raw("[");
     bool first = true;
-    for (auto [ppm, price] : s.steps) {
+    for (auto [a, b] : pairs) {
       w.Raw(first ? "[" : ",[");
       first = false;
-      w.Int(ppm);
+      w.Int(a);
       w.Raw(",");
-      if (price == kInfPrice) w.Raw("\"inf\"");
-      else w.Int(price);
+      if (inf && b == kInfPrice) w.Raw("\"inf\"");
+      else w.Int(b);
       w.Raw("]");
     }
     w.Raw("]");
   }
+  void operator()(const market::PowerCapSpec& s) {
+    w.Id(kLocation, s.row);
+    w.Int(kCapW, s.cap_w);
+    Pairs(kSteps, s.steps, true);
+  }
+  void Series(const std::vector<std::pair<Micros, int64_t>>& series) { Pairs(kSeries, series, false); }
+  // The controller's fields, in the order of AdaptiveControl.
+  void Control(const market::AdaptiveControl& c) {
+    w.Int(kMarginPpm, c.margin_ppm);
+    w.Int(kBandPpm, c.band_ppm);
+    w.Int(kInterval, c.interval);
+    w.Int(kRisePpm, c.rise_ppm);
+    w.Int(kRiseMin, c.rise_min);
+    w.Int(kRiseMax, c.rise_max);
+    w.Int(kFallStep, c.fall_step);
+  }
+  void operator()(const market::AdaptiveCarbonBudgetSpec& s) {
+    w.Id(kLocation, s.region);
+    w.Int(kBudgetGPerH, s.budget_g_per_h);
+    Series(s.series);
+    Control(market::ControlOf(s));
+    w.Int(kMinPrice, s.min_price);
+    w.Price(kMaxPrice, s.max_price);
+  }
   void operator()(const market::CarbonSpec& s) {
     w.Id(kLocation, s.location);
     w.Int(kPricePerTonne, s.price_per_tonne);
-    w.K(kSeries);
-    w.Raw("[");
-    bool first = true;
-    for (auto [from, g] : s.series) {
-      w.Raw(first ? "[" : ",[");
-      first = false;
-      w.Int(from);
-      w.Raw(",");
-      w.Int(g);
-      w.Raw("]");
-    }
-    w.Raw("]");
+    Series(s.series);
   }
   void operator()(const market::MaintenanceSpec& s) {
     AppendTarget(w, s.target);
@@ -215,13 +230,7 @@ struct OpEncoder {
   void operator()(const market::AdaptivePowerCapSpec& s) {
     w.Id(kLocation, s.row);
     w.Int(kCapW, s.cap_w);
-    w.Int(kMarginPpm, s.margin_ppm);
-    w.Int(kBandPpm, s.band_ppm);
-    w.Int(kInterval, s.interval);
-    w.Int(kRisePpm, s.rise_ppm);
-    w.Int(kRiseMin, s.rise_min);
-    w.Int(kRiseMax, s.rise_max);
-    w.Int(kFallStep, s.fall_step);
+    Control(market::ControlOf(s));
     w.Int(kMinFloor, s.min_floor);
     w.Price(kMaxFloor, s.max_floor);
   }
@@ -269,6 +278,10 @@ struct OpEncoder {
   void operator()(const market::OpRelinquish& o) {
     w.Id(kTenant, o.tenant);
     w.Id(kNode, o.node);
+  }
+  void operator()(const market::OpSetAdaptiveCap& o) {
+    w.Id(kPolicy, o.policy);
+    w.Int(kCap, o.cap);
   }
 };
 
@@ -535,7 +548,8 @@ constexpr OpKind kOpKinds[] = {
     {"set_params", Bit(kGrace) | Bit(kHysteresisPpm) | Bit(kTick) | Bit(kClipAlphaPpm) | Bit(kClipInterval) |
                        Bit(kDecayBeta) | Bit(kMinHold)},
     {"add_policy", Bit(kId) | Bit(kKind) | kTargetKeys | Bit(kPrice) | Bit(kCapW) | Bit(kSteps) |
-                       Bit(kPricePerTonne) | Bit(kSeries) | Bit(kStart) | Bit(kEnd) | kAdaptiveKeys},
+                       Bit(kPricePerTonne) | Bit(kSeries) | Bit(kStart) | Bit(kEnd) | kAdaptiveKeys |
+                       Bit(kBudgetGPerH) | kCarbonBudgetKeys},
     {"remove_policy", Bit(kPolicy)},
     {"create_tenant", Bit(kId) | Bit(kName) | Bit(kBalance) | Bit(kMaxRate)},
     {"deposit", Bit(kTenant) | Bit(kAmount)},
@@ -546,6 +560,7 @@ constexpr OpKind kOpKinds[] = {
     {"cancel_order", Bit(kTenant) | Bit(kOrder)},
     {"set_limit", Bit(kTenant) | Bit(kNode) | Bit(kLimit)},
     {"relinquish", Bit(kTenant) | Bit(kNode)},
+    {"set_adaptive_cap", Bit(kPolicy) | Bit(kCap)},
 };
 static_assert(std::size(kOpKinds) == std::variant_size_v<market::OpBody>);
 
@@ -554,6 +569,18 @@ Status CheckAllowed(uint64_t present, uint64_t allowed, std::string_view what) {
   if (extra == 0) return Status::Ok();
   int k = __builtin_ctzll(extra);
   return InvalidArgument(std::string(kKeyNames[k]) + ": is not a field of " + std::string(what));
+}
+
+// The controller's fields shared by the adaptive kinds; all required.
+Status ReadControl(const Reader& r, Ppm* margin_ppm, Ppm* band_ppm, Micros* interval, Ppm* rise_ppm, Price* rise_min,
+                   Price* rise_max, Price* fall_step) {
+  LZ_RETURN_IF_ERROR(r.Int(kMarginPpm, margin_ppm));
+  LZ_RETURN_IF_ERROR(r.Int(kBandPpm, band_ppm));
+  LZ_RETURN_IF_ERROR(r.Time(kInterval, interval, false));
+  LZ_RETURN_IF_ERROR(r.Int(kRisePpm, rise_ppm));
+  LZ_RETURN_IF_ERROR(r.Price(kRiseMin, rise_min, false));
+  LZ_RETURN_IF_ERROR(r.Price(kRiseMax, rise_max, false));
+  return r.Price(kFallStep, fall_step, false);
 }
 
 Status BuildPolicy(const Reader& r, market::PolicySpec* out) {
@@ -584,16 +611,26 @@ Status BuildPolicy(const Reader& r, market::PolicySpec* out) {
     market::AdaptivePowerCapSpec s;
     LZ_RETURN_IF_ERROR(r.Location(kLocation, &s.row));
     LZ_RETURN_IF_ERROR(r.Int(kCapW, &s.cap_w));
-    LZ_RETURN_IF_ERROR(r.Int(kMarginPpm, &s.margin_ppm));
-    LZ_RETURN_IF_ERROR(r.Int(kBandPpm, &s.band_ppm));
-    LZ_RETURN_IF_ERROR(r.Time(kInterval, &s.interval, false));
-    LZ_RETURN_IF_ERROR(r.Int(kRisePpm, &s.rise_ppm));
-    LZ_RETURN_IF_ERROR(r.Price(kRiseMin, &s.rise_min, false));
-    LZ_RETURN_IF_ERROR(r.Price(kRiseMax, &s.rise_max, false));
-    LZ_RETURN_IF_ERROR(r.Price(kFallStep, &s.fall_step, false));
+    LZ_RETURN_IF_ERROR(ReadControl(r, &s.margin_ppm, &s.band_ppm, &s.interval, &s.rise_ppm, &s.rise_min, &s.rise_max,
+                                   &s.fall_step));
     LZ_RETURN_IF_ERROR(r.Price(kMinFloor, &s.min_floor, false));
     LZ_RETURN_IF_ERROR(r.Price(kMaxFloor, &s.max_floor, true));
     *out = s;
+  } else if (kind == "adaptive_carbon_budget") {
+    LZ_RETURN_IF_ERROR(CheckAllowed(p, kCommonOp | Bit(kId) | Bit(kKind) | Bit(kLocation) | Bit(kBudgetGPerH) |
+                                           Bit(kSeries) | kCarbonBudgetKeys,
+                                    "add_policy adaptive_carbon_budget"));
+    // Every field is required, as for adaptive_power_cap.
+    market::AdaptiveCarbonBudgetSpec s;
+    LZ_RETURN_IF_ERROR(r.Location(kLocation, &s.region));
+    LZ_RETURN_IF_ERROR(r.Int(kBudgetGPerH, &s.budget_g_per_h));
+    if (!r.has(kSeries)) return r.Missing(kSeries);
+    s.series = r.fields().series;
+    LZ_RETURN_IF_ERROR(ReadControl(r, &s.margin_ppm, &s.band_ppm, &s.interval, &s.rise_ppm, &s.rise_min, &s.rise_max,
+                                   &s.fall_step));
+    LZ_RETURN_IF_ERROR(r.Price(kMinPrice, &s.min_price, false));
+    LZ_RETURN_IF_ERROR(r.Price(kMaxPrice, &s.max_price, true));
+    *out = std::move(s);
   } else if (kind == "carbon") {
     LZ_RETURN_IF_ERROR(CheckAllowed(
         p, kCommonOp | Bit(kId) | Bit(kKind) | Bit(kLocation) | Bit(kPricePerTonne) | Bit(kSeries), "add_policy carbon"));
@@ -613,7 +650,7 @@ Status BuildPolicy(const Reader& r, market::PolicySpec* out) {
     *out = s;
   } else {
     return Bad(kKind, "'" + Quoted(kind) + "' is not a policy kind (static_floor, power_cap, carbon, maintenance, "
-                     "adaptive_power_cap)");
+                     "adaptive_power_cap, adaptive_carbon_budget)");
   }
   return Status::Ok();
 }
@@ -753,6 +790,13 @@ Status BuildOperation(const Reader& r, LogRecord* rec) {
       op.body = o;
       break;
     }
+    case 14: {
+      market::OpSetAdaptiveCap o;
+      LZ_RETURN_IF_ERROR(r.Id(kPolicy, &o.policy));
+      LZ_RETURN_IF_ERROR(r.Int(kCap, &o.cap));
+      op.body = o;
+      break;
+    }
   }
   return Status::Ok();
 }
@@ -842,6 +886,7 @@ std::string_view PolicyKindName(const market::PolicySpec& spec) {
     case 2: return "carbon";
     case 3: return "maintenance";
     case 4: return "adaptive_power_cap";
+    case 5: return "adaptive_carbon_budget";
   }
   return "?";
 }

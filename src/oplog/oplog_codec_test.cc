@@ -37,6 +37,10 @@ std::vector<Operation> EveryOperation() {
   add(9, OpAddPolicy{AdaptivePowerCapSpec{LocationId(4), 73'440, 150'000, 100'000, 60'000'000, 250'000, 1'000'000,
                                           20'000'000, 500'000, 0, kInfPrice}});
   add(9, OpAddPolicy{AdaptivePowerCapSpec{LocationId(4), 5'000, 0, 0, 1'000'000, 0, 1, 1, 0, 7, 9}});
+  add(9, OpAddPolicy{AdaptiveCarbonBudgetSpec{LocationId(1), 2'500'000, {{0, 300}, {3'600'000'000, 120}}, 50'000,
+                                              100'000, 300'000'000, 200'000, 5'000'000, 40'000'000, 2'000'000,
+                                              10'000'000, kInfPrice}});
+  add(9, OpAddPolicy{AdaptiveCarbonBudgetSpec{LocationId(2), 1, {}, 0, 0, 1'000'000, 0, 1, 1, 0, 0, 3}});
   add(10, OpRemovePolicy{PolicyId(2)});
   add(11, OpCreateTenant{"acme", 100'000'000, kInfPrice});
   add(12, OpCreateTenant{"b\u00e9ta", 0, 5'000'000});
@@ -49,6 +53,7 @@ std::vector<Operation> EveryOperation() {
   add(19, OpCancelOrder{TenantId(0), OrderId(0)});
   add(20, OpSetLimit{TenantId(2), NodeId(4), 9'000'000});
   add(21, OpRelinquish{TenantId(2), NodeId(4)});
+  add(22, OpSetAdaptiveCap{PolicyId(3), 61'200});
   add(9'000'000'000'000'000'000, OpAdvance{});
   return ops;
 }
@@ -330,6 +335,21 @@ INSTANTIATE_TEST_SUITE_P(
                 "rise_ppm", ""},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"carbon","location":1,"price_per_tonne":5,"series":7})", "series",
                 "array"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_carbon_budget","location":1,"budget_g_per_h":5,"series":[],)"
+                R"("margin_ppm":0,"band_ppm":0,"interval":1000000,"rise_ppm":0,"rise_min":1,"rise_max":1,"fall_step":0,)"
+                R"("min_price":0})",
+                "max_price", "required"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_carbon_budget","location":1,"budget_g_per_h":5,"series":[],)"
+                R"("margin_ppm":0,"band_ppm":0,"interval":1000000,"rise_ppm":0,"rise_min":1,"rise_max":1,"fall_step":0,)"
+                R"("min_price":0,"max_price":1,"min_floor":0})",
+                "min_floor", "not a field of add_policy adaptive_carbon_budget"},
+        BadLine{OP_PREFIX R"("op":"add_policy","kind":"adaptive_carbon_budget","location":1,"budget_g_per_h":5,)"
+                R"("margin_ppm":0,"band_ppm":0,"interval":1000000,"rise_ppm":0,"rise_min":1,"rise_max":1,"fall_step":0,)"
+                R"("min_price":0,"max_price":1})",
+                "series", "required"},
+        BadLine{OP_PREFIX R"("op":"set_adaptive_cap","policy":1})", "cap", "required"},
+        BadLine{OP_PREFIX R"("op":"set_adaptive_cap","policy":1,"cap":5,"cap_w":5})", "cap_w",
+                "not a field of set_adaptive_cap"},
         BadLine{OP_PREFIX R"("op":"add_policy","kind":"maintenance","node":1,"start":5,"end":"later"})", "end",
                 "\"never\""}));
 

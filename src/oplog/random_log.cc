@@ -226,6 +226,21 @@ class Driver {
       NodeId n = RandLiveNode();
       if (!n.valid()) return Do(OpAdvance{});
       LocationId row = topo.AncestorAt(topo.node(n).rack, topology::Level::kRow);
+      std::vector<PolicyId> adaptive;
+      for (PolicyId id : live_policies_) {
+        auto pv = e_.GetPolicy(id);
+        if (pv.ok() && pv->alive && (std::holds_alternative<AdaptivePowerCapSpec>(pv->spec) ||
+                                     std::holds_alternative<AdaptiveCarbonBudgetSpec>(pv->spec))) {
+          adaptive.push_back(id);
+        }
+      }
+      if (o_.adaptive_caps && !live_policies_.empty() && P(0.5)) {
+        // A cooling failure or its end: a live adaptive policy's cap changes
+        // in place (watts or grams per hour); now and then another policy's,
+        // which is refused.
+        PolicyId id = !adaptive.empty() && P(0.9) ? adaptive[U(adaptive.size())] : live_policies_[U(live_policies_.size())];
+        return Do(OpSetAdaptiveCap{id, static_cast<int64_t>(2'000 + U(30'000))});
+      }
       if (o_.adaptive_caps && P(0.5)) {
         AdaptivePowerCapSpec a;
         a.row = row;
@@ -239,7 +254,8 @@ class Driver {
         a.fall_step = static_cast<Price>(U(500'000));
         a.min_floor = static_cast<Price>(U(2)) * kMicroUnits / 2;
         a.max_floor = P(0.5) ? kInfPrice : a.min_floor + 6 * kMicroUnits;
-        return Do(OpAddPolicy{a});
+        Do(OpAddPolicy{a});
+        return TrackPolicy();  // So it can be removed, or its cap changed in place.
       }
       PowerCapSpec s;
       s.row = row;
@@ -247,8 +263,27 @@ class Driver {
       s.steps = {{0, 0}, {500'000, static_cast<Price>(1 + U(3)) * kMicroUnits}, {900'000, kInfPrice}};
       Do(OpAddPolicy{s});
     } else if (r < 915) {
-      CarbonSpec s;
       NodeId n = RandLiveNode();
+      if (o_.adaptive_caps && n.valid() && P(0.5)) {
+        // An adaptive carbon budget on the node's region: a few kg per hour
+        // against nodes of 3-7 kW at up to 500 g/kWh, so it often binds.
+        AdaptiveCarbonBudgetSpec a;
+        a.region = topo.AncestorAt(topo.node(n).rack, topology::Level::kRegion);
+        a.budget_g_per_h = static_cast<int64_t>(1'000 + U(20'000));
+        a.series = {{t_, static_cast<int64_t>(U(500))}, {t_ + 900 * kMicrosPerSecond, static_cast<int64_t>(U(500))}};
+        a.margin_ppm = static_cast<Ppm>(U(200'000));
+        a.band_ppm = static_cast<Ppm>(U(200'000));
+        a.interval = static_cast<Micros>(1 + U(90)) * kMicrosPerSecond;
+        a.rise_ppm = static_cast<Ppm>(U(500'000));
+        a.rise_min = static_cast<Price>(1 + U(1'000)) * kMicroUnits;
+        a.rise_max = a.rise_min * static_cast<Price>(1 + U(10));
+        a.fall_step = static_cast<Price>(U(500)) * kMicroUnits;
+        a.min_price = static_cast<Price>(U(2)) * 50 * kMicroUnits;
+        a.max_price = P(0.5) ? kInfPrice : a.min_price + 20'000 * kMicroUnits;
+        Do(OpAddPolicy{a});
+        return TrackPolicy();
+      }
+      CarbonSpec s;
       s.location = n.valid() ? topo.AncestorAt(topo.node(n).rack, topology::Level::kRegion)
                              : topology::Topology::kRootLocation;
       s.price_per_tonne = static_cast<Price>(20 + U(100)) * kMicroUnits;
@@ -275,6 +310,11 @@ class Driver {
       if (!n.valid() || 2 * topo.live_node_count() <= static_cast<size_t>(o_.nodes)) return Do(OpAdvance{});
       Do(OpRemoveNode{n});
     }
+    TrackPolicy();
+  }
+
+  // Records the policy the last call created, if it created one.
+  void TrackPolicy() {
     if (!log_.empty() && std::holds_alternative<OpAddPolicy>(log_.back().op.body) && log_.back().created_id != kNoId) {
       policies_guess_ = std::max<uint64_t>(policies_guess_, log_.back().created_id + 1);
       live_policies_.push_back(PolicyId(static_cast<uint32_t>(log_.back().created_id)));

@@ -31,7 +31,9 @@ struct RandomLogOptions {
   // benchmark) has few: floors and maintenance change rarely, bids often.
   int operator_permille = 120;
   // Power caps are adaptive caps (docs/MECHANISM.md) every other time instead
-  // of staircases. Off by default, so existing seeds give the logs they gave.
+  // of staircases, carbon policies adaptive carbon budgets every other time,
+  // and live caps are changed in place (set_adaptive_cap). Off by default, so
+  // existing seeds give the logs they gave.
   bool adaptive_caps = false;
   int bad_permille = 20;
 };

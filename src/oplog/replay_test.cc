@@ -112,12 +112,13 @@ TEST(Replay, RandomLogsReplayToTheLiveEventStream) {
   }
 }
 
-// Adaptive power caps: their floors move only at control steps that follow
-// from the add_policy line's time, so a replay of the text log gives the same
-// events, state and ledger (ExpectReplayMatches) and the same controller
-// floors, measurements and next steps.
+// Adaptive power caps and carbon budgets: their floors and prices move only at
+// control steps that follow from the add_policy line's time, so a replay of
+// the text log gives the same events, state and ledger (ExpectReplayMatches)
+// and the same controller floors, prices, measurements and next steps, with
+// caps changed in place (set_adaptive_cap) among the calls.
 TEST(Replay, LogsWithAdaptivePowerCapsReplayToTheSameFloorsAndEvents) {
-  int adaptive_seen = 0, floors_moved = 0;
+  int adaptive_seen = 0, floors_moved = 0, caps_changed = 0, budgets_seen = 0, prices_moved = 0;
   for (uint64_t seed = 300; seed < 320; ++seed) {
     RandomLogOptions opts;
     opts.seed = seed;
@@ -133,6 +134,15 @@ TEST(Replay, LogsWithAdaptivePowerCapsReplayToTheSameFloorsAndEvents) {
     Replayer replayer(ReplayOptions{}, nullptr);
     ASSERT_TRUE(replayer.ReplayText(Encode(log)).ok());
     ASSERT_TRUE(replayer.Finish().ok());
+    for (const auto& rec : log) {
+      // In-place cap changes (set_adaptive_cap) of adaptive caps: the specs
+      // compared below carry the changed caps.
+      const auto* sc = std::get_if<OpSetAdaptiveCap>(&rec.op.body);
+      if (!sc) continue;
+      auto pv = live.GetPolicy(sc->policy);
+      caps_changed += pv.ok() && (std::holds_alternative<AdaptivePowerCapSpec>(pv->spec) ||
+                                  std::holds_alternative<AdaptiveCarbonBudgetSpec>(pv->spec));
+    }
     for (uint32_t id = 0;; ++id) {
       auto a = live.GetPolicy(PolicyId(id));
       auto b = replayer.engine().GetPolicy(PolicyId(id));
@@ -142,7 +152,13 @@ TEST(Replay, LogsWithAdaptivePowerCapsReplayToTheSameFloorsAndEvents) {
       EXPECT_EQ(a->alive, b->alive);
       EXPECT_EQ(a->floor, b->floor) << "seed " << seed << " policy " << id;
       EXPECT_EQ(a->staying_w, b->staying_w);
+      EXPECT_EQ(a->carbon_price, b->carbon_price) << "seed " << seed << " policy " << id;
+      EXPECT_EQ(a->staying_g_per_h, b->staying_g_per_h);
       EXPECT_EQ(a->next_step, b->next_step);
+      if (const auto* cb = std::get_if<AdaptiveCarbonBudgetSpec>(&a->spec)) {
+        ++budgets_seen;
+        prices_moved += a->carbon_price != cb->min_price;
+      }
       if (const auto* ac = std::get_if<AdaptivePowerCapSpec>(&a->spec)) {
         ++adaptive_seen;
         floors_moved += a->floor != ac->min_floor;
@@ -152,6 +168,9 @@ TEST(Replay, LogsWithAdaptivePowerCapsReplayToTheSameFloorsAndEvents) {
   // The histories must exercise the controller, or the comparison says little.
   EXPECT_GE(adaptive_seen, 10);
   EXPECT_GE(floors_moved, 3);
+  EXPECT_GE(caps_changed, 3);
+  EXPECT_GE(budgets_seen, 10);
+  EXPECT_GE(prices_moved, 3);
 }
 
 TEST(Replay, RandomLogsWithoutOperatorCallsReplayExactly) {

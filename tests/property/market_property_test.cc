@@ -137,6 +137,12 @@ std::string Describe(const Operation& op) {
                 } else if constexpr (std::is_same_v<P, CarbonSpec>) {
                   s << " carbon loc=" << p.location.value << " per_tonne=" << p.price_per_tonne << " series=";
                   for (auto [t, g] : p.series) s << t << ":" << g << ",";
+                } else if constexpr (std::is_same_v<P, AdaptiveCarbonBudgetSpec>) {
+                  s << " carbon_budget region=" << p.region.value << " budget=" << p.budget_g_per_h << " margin="
+                    << p.margin_ppm << " band=" << p.band_ppm << " interval=" << p.interval << " rise=" << p.rise_ppm
+                    << "/" << p.rise_min << ".." << p.rise_max << " fall=" << p.fall_step << " price=[" << p.min_price
+                    << ", " << p.max_price << "] series=";
+                  for (auto [t, g] : p.series) s << t << ":" << g << ",";
                 } else {
                   s << " maintenance loc=" << p.target.location.value << " node=" << p.target.node.value << " ["
                     << p.start << ", " << p.end << ")";
@@ -162,6 +168,8 @@ std::string Describe(const Operation& op) {
           s << " tenant=" << b.tenant.value << " node=" << b.node.value << " limit=" << b.limit;
         } else if constexpr (std::is_same_v<T, OpRelinquish>) {
           s << " tenant=" << b.tenant.value << " node=" << b.node.value;
+        } else if constexpr (std::is_same_v<T, OpSetAdaptiveCap>) {
+          s << " policy=" << b.policy.value << " cap=" << b.cap;
         }
       },
       op.body);
@@ -217,6 +225,7 @@ class OpGen {
         {2, 24},  // a maintenance window on a held node (decay after the release)
         {3, 25},  // a pending order is raised (clipping from its own contest)
         {2, 26},  // a contested holder's limit drops below its floor
+        {1, 27},  // a policy's cap changed in place (set_adaptive_cap)
     });
     TenantId t = Tenant();
     switch (kind) {
@@ -324,12 +333,40 @@ class OpGen {
         c.price_per_tonne = *rc::gen::element<Price>(100 * kUnit, 500 * kUnit);
         Micros n = e_.now();
         c.series = {{n, 200}, {n + 600 * kMicrosPerSecond, 500}, {n + kMicrosPerHour, 100}};
+        if (*rc::gen::element(0, 1) == 1) {
+          // The adaptive carbon budget: a region, budgets that bind on a few
+          // nodes (each 200-500 g/kWh x its power), controllers from gentle
+          // to jumpy.
+          AdaptiveCarbonBudgetSpec b;
+          b.region = SomeLocation(topology::Level::kRegion);
+          b.budget_g_per_h = *rc::gen::element<int64_t>(500, 3'000, 20'000);
+          b.series = c.series;
+          b.margin_ppm = *rc::gen::element<Ppm>(0, 100'000, 300'000);
+          b.band_ppm = *rc::gen::element<Ppm>(0, 100'000);
+          b.interval = *rc::gen::element<Micros>(Micros{kMicrosPerSecond}, 7 * kMicrosPerSecond, 60 * kMicrosPerSecond);
+          b.rise_ppm = *rc::gen::element<Ppm>(0, 250'000, 2'000'000);
+          b.rise_min = *rc::gen::element<Price>(1, 100 * kUnit, 1'000 * kUnit);
+          b.rise_max = b.rise_min * *rc::gen::element<Price>(1, 4, 20);
+          b.fall_step = *rc::gen::element<Price>(0, 1, 50 * kUnit, 1'000 * kUnit);
+          b.min_price = *rc::gen::element<Price>(0, 100 * kUnit);
+          b.max_price = *rc::gen::element<Price>(Price{kInfPrice}, 20'000 * kUnit);
+          op.body = OpAddPolicy{b};
+          break;
+        }
         op.body = OpAddPolicy{c};
         break;
       }
       case 15: {
         if (policies_.empty()) return Advance(op);
         op.body = OpRemovePolicy{*rc::gen::elementOf(policies_)};
+        break;
+      }
+      case 27: {
+        // Refused unless the policy is a live adaptive cap; the controller
+        // checks below see that an accepted change never moves the floor
+        // between control steps.
+        if (policies_.empty()) return Advance(op);
+        op.body = OpSetAdaptiveCap{*rc::gen::elementOf(policies_), *rc::gen::element<int64_t>(1000, 10'000, 50'000)};
         break;
       }
       case 16: op.body = OpSetParams{GenParams()}; break;
@@ -862,12 +899,13 @@ void CheckRandomSequence(Profile profile) {
   std::map<uint64_t, StaticFloorSpec> static_floors;  // Live static floor policies.
   bool floors_known = true;
   struct AdaptiveTrack {
-    AdaptivePowerCapSpec spec;
+    AdaptiveControl spec;  // Of an adaptive power cap or carbon budget.
+    bool carbon = false;   // The value is a carbon price, not a floor.
     Micros added = 0;
-    Price floor = 0;      // At the last check.
+    Price floor = 0;      // The controller's value at the last check.
     Micros seen_at = 0;   // Time of the last check.
   };
-  std::map<uint64_t, AdaptiveTrack> adaptive;  // Live adaptive caps.
+  std::map<uint64_t, AdaptiveTrack> adaptive;  // Live adaptive policies.
   // (node, holder, t) -> p(n) after each call at t; per node, its latest ledger entry.
   std::map<std::tuple<uint32_t, uint32_t, Micros>, std::set<Price>> rates_after_calls;
   std::map<uint32_t, LedgerEntry> last_entry;
@@ -1157,21 +1195,27 @@ void CheckRandomSequence(Profile profile) {
       if (const auto* ap = std::get_if<OpAddPolicy>(&op.body)) {
         if (const auto* sf = std::get_if<StaticFloorSpec>(&ap->spec)) static_floors[r.created_id] = *sf;
         if (std::holds_alternative<PowerCapSpec>(ap->spec) || std::holds_alternative<CarbonSpec>(ap->spec) ||
-            std::holds_alternative<AdaptivePowerCapSpec>(ap->spec)) {
+            std::holds_alternative<AdaptivePowerCapSpec>(ap->spec) ||
+            std::holds_alternative<AdaptiveCarbonBudgetSpec>(ap->spec)) {
           floors_known = false;
         }
         if (const auto* ac = std::get_if<AdaptivePowerCapSpec>(&ap->spec)) {
-          adaptive[r.created_id] = AdaptiveTrack{*ac, a.now(), ac->min_floor, a.now()};
+          adaptive[r.created_id] = AdaptiveTrack{ControlOf(*ac), false, a.now(), ac->min_floor, a.now()};
           ++Coverage()["adaptive-cap-added"];
+        }
+        if (const auto* cb = std::get_if<AdaptiveCarbonBudgetSpec>(&ap->spec)) {
+          adaptive[r.created_id] = AdaptiveTrack{ControlOf(*cb), true, a.now(), cb->min_price, a.now()};
+          ++Coverage()["carbon-budget-added"];
         }
       }
       if (const auto* rp = std::get_if<OpRemovePolicy>(&op.body)) static_floors.erase(rp->policy.value);
+      if (std::holds_alternative<OpSetAdaptiveCap>(op.body)) ++Coverage()["adaptive-cap-changed"];
     }
-    // The adaptive controller (docs/MECHANISM.md): its floor stays within
-    // [min_floor, max_floor], and between two calls it falls by at most
-    // fall_step and rises by at most rise_max per control step, the steps
-    // being counted on the grid added + k x interval, independently of the
-    // engine's own schedule.
+    // The adaptive controllers (docs/MECHANISM.md): the value (a power cap's
+    // floor, a carbon budget's price per tonne) stays within [min, max], and
+    // between two calls it falls by at most fall_step and rises by at most
+    // rise_max per control step, the steps being counted on the grid
+    // added + k x interval, independently of the engine's own schedule.
     for (auto it = adaptive.begin(); it != adaptive.end();) {
       AdaptiveTrack& tr = it->second;
       auto pv = a.GetPolicy(PolicyId(static_cast<uint32_t>(it->first)));
@@ -1180,20 +1224,20 @@ void CheckRandomSequence(Profile profile) {
         continue;
       }
       const int64_t steps = (a.now() - tr.added) / tr.spec.interval - (tr.seen_at - tr.added) / tr.spec.interval;
-      const Price floor = pv->floor;
-      if (floor < tr.spec.min_floor || floor > tr.spec.max_floor) {
-        fail("[adaptive] policy " + std::to_string(it->first) + " floor " + std::to_string(floor) + " outside [" +
-             std::to_string(tr.spec.min_floor) + ", " + std::to_string(tr.spec.max_floor) + "]");
+      const Price floor = tr.carbon ? pv->carbon_price : pv->floor;
+      if (floor < tr.spec.min_value || floor > tr.spec.max_value) {
+        fail("[adaptive] policy " + std::to_string(it->first) + " value " + std::to_string(floor) + " outside [" +
+             std::to_string(tr.spec.min_value) + ", " + std::to_string(tr.spec.max_value) + "]");
       }
       if (floor < tr.floor) {
-        ++Coverage()["adaptive-floor-fell"];
+        ++Coverage()[tr.carbon ? "carbon-price-fell" : "adaptive-floor-fell"];
         if (static_cast<__int128>(tr.floor - floor) > static_cast<__int128>(tr.spec.fall_step) * steps) {
           fail("[adaptive] policy " + std::to_string(it->first) + " floor fell from " + std::to_string(tr.floor) +
                " to " + std::to_string(floor) + " in " + std::to_string(steps) + " control steps of at most " +
                std::to_string(tr.spec.fall_step));
         }
       } else if (floor > tr.floor) {
-        ++Coverage()["adaptive-floor-rose"];
+        ++Coverage()[tr.carbon ? "carbon-price-rose" : "adaptive-floor-rose"];
         if (static_cast<__int128>(floor - tr.floor) > static_cast<__int128>(tr.spec.rise_max) * steps) {
           fail("[adaptive] policy " + std::to_string(it->first) + " floor rose from " + std::to_string(tr.floor) +
                " to " + std::to_string(floor) + " in " + std::to_string(steps) + " control steps of at most " +

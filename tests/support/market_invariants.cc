@@ -758,7 +758,8 @@ std::string Snapshot(const MarketEngine& e, uint64_t order_id_bound) {
     auto pv = e.GetPolicy(PolicyId(id));
     if (!pv.ok()) break;
     s << "policy " << id << " alive " << pv->alive << " floor " << P(pv->floor) << " staying " << pv->staying_w
-      << " next " << pv->next_step << "\n";
+      << " carbon_price " << P(pv->carbon_price) << " staying_g " << pv->staying_g_per_h << " next " << pv->next_step
+      << "\n";
   }
   auto tot = e.ledger_totals();
   s << "totals deposited " << tot.deposited << " balances " << tot.tenant_balances << " revenue "

@@ -222,8 +222,11 @@ struct Policy {
   PolicySpec spec;
   bool alive = true;
   Micros maint_start = 0;  // Effective maintenance start.
-  Price power_floor = 0;   // Current floor of a power-cap policy or an adaptive cap's controller.
-  int64_t staying_w = 0;   // Adaptive cap: staying power measured at the last control step.
+  // Current floor of a power-cap policy or an adaptive cap's controller; an
+  // adaptive carbon budget's price per tonne.
+  Price power_floor = 0;
+  // Adaptive: what the last control step measured (W, or g CO2 per hour).
+  int64_t staying_w = 0;
   Micros next_step = kNever;  // Adaptive cap: the next control step.
   Micros sched = kNever;
 };
@@ -612,8 +615,11 @@ class MarketEngine::Impl {
 
   Micros PolicyNextChange(const Policy& p) const;
   void SchedulePolicy(uint32_t id);
-  int64_t StayingPower(LocationId row, bool* leaving_any) const;
-  void AdaptiveControl(uint32_t id);
+  static Status CheckSeries(const std::vector<std::pair<Micros, int64_t>>& series);
+  static bool IsAdaptive(const PolicySpec& spec);
+  static AdaptiveControl ControlOfPolicy(const PolicySpec& spec);
+  int64_t Staying(const Policy& p, bool* leaving_any) const;
+  void AdaptiveEvent(uint32_t id);
   bool EvaluatePower();
 
   // ---------------------------------------------------------------- decay (volatility.cc)

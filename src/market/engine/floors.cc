@@ -1,6 +1,6 @@
 // Floors and InfraMaps policies: the index of live policies by location (which policies
-// cover a node, which nodes a policy covers), static floors, maintenance, power caps and
-// adaptive power caps, and recomputing a node's floor.
+// cover a node, which nodes a policy covers), static floors, maintenance, power caps, carbon,
+// the adaptive controllers (power caps and carbon budgets), and recomputing a node's floor.
 // Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).
 #include "market/engine/engine_impl.h"
 
@@ -18,15 +18,11 @@ Price MarketEngine::Impl::PolicyFloor(const Policy& p, NodeId n) const {
           return (now_ >= p.maint_start && now_ < s.end) ? kInfPrice : 0;
         } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
           return p.power_floor;
+        } else if constexpr (std::is_same_v<T, AdaptiveCarbonBudgetSpec>) {
+          // The controller's price per tonne is kept in power_floor.
+          return CarbonFloor(IntensityAt(s.series, now_), topo_.node(n).meta.power_w, p.power_floor);
         } else {
-          int64_t intensity = 0;
-          for (auto [from, v] : s.series) {
-            if (from <= now_) intensity = v;
-            else break;
-          }
-          __int128 f = static_cast<__int128>(intensity) * topo_.node(n).meta.power_w * s.price_per_tonne;
-          f = (f + 999'999'999) / 1'000'000'000;  // g/kWh x W x per-tonne: ceil to micro-units per hour.
-          return f >= kInfPrice ? kInfPrice : static_cast<Price>(f);
+          return CarbonFloor(IntensityAt(s.series, now_), topo_.node(n).meta.power_w, s.price_per_tonne);
         }
       },
       p.spec);
@@ -46,6 +42,8 @@ std::vector<uint32_t>* MarketEngine::Impl::PolicyList(const Policy& p) {
           return location_list(s.target.location);
         } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
           return location_list(s.row);
+        } else if constexpr (std::is_same_v<T, AdaptiveCarbonBudgetSpec>) {
+          return location_list(s.region);
         } else {
           return location_list(s.location);
         }
@@ -92,6 +90,8 @@ void MarketEngine::Impl::RecomputeFloorsUnder(const Policy& p) {
           }
         } else if constexpr (std::is_same_v<T, PowerCapSpec> || std::is_same_v<T, AdaptivePowerCapSpec>) {
           ForEachNodeUnder(s.row, add);
+        } else if constexpr (std::is_same_v<T, AdaptiveCarbonBudgetSpec>) {
+          ForEachNodeUnder(s.region, add);
         } else {
           ForEachNodeUnder(s.location, add);
         }
@@ -138,6 +138,11 @@ Micros MarketEngine::Impl::PolicyNextChange(const Policy& p) const {
           return kNever;
         } else if constexpr (std::is_same_v<T, AdaptivePowerCapSpec>) {
           return p.next_step;
+        } else if constexpr (std::is_same_v<T, AdaptiveCarbonBudgetSpec>) {
+          for (auto [from, v] : s.series) {
+            if (from > now_) return std::min(from, p.next_step);
+          }
+          return p.next_step;
         } else {
           return kNever;
         }
@@ -152,14 +157,39 @@ void MarketEngine::Impl::SchedulePolicy(uint32_t id) {
   ScheduleAdd(p.sched, kSchedPolicy, id);
 }
 
-// The power of the row's held nodes that stay, and whether any is leaving:
-// a node is leaving when its holder's limit is below its floor (rule 2) and
-// no single pending challenger reaches that floor (the node would move to
-// it and keep drawing power). Reserved nodes sit idle and do not count.
-int64_t MarketEngine::Impl::StayingPower(LocationId row, bool* leaving_any) const {
-  int64_t sum = 0;  // A saturating sum of non-negative terms: the order does not matter.
+Status MarketEngine::Impl::CheckSeries(const std::vector<std::pair<Micros, int64_t>>& series) {
+  Micros last = std::numeric_limits<Micros>::min();
+  for (auto [from, v] : series) {
+    if (from <= last) return InvalidArgument("series: times must be strictly ascending");
+    if (v < 0) return InvalidArgument("series: intensity must not be negative");
+    last = from;
+  }
+  return Status::Ok();
+}
+
+bool MarketEngine::Impl::IsAdaptive(const PolicySpec& spec) {
+  return std::holds_alternative<AdaptivePowerCapSpec>(spec) || std::holds_alternative<AdaptiveCarbonBudgetSpec>(spec);
+}
+
+AdaptiveControl MarketEngine::Impl::ControlOfPolicy(const PolicySpec& spec) {
+  if (const auto* c = std::get_if<AdaptiveCarbonBudgetSpec>(&spec)) return ControlOf(*c);
+  return ControlOf(std::get<AdaptivePowerCapSpec>(spec));
+}
+
+// What an adaptive policy measures over its held nodes that stay, and whether
+// any is leaving: a node is leaving when its holder's limit is below its floor
+// (rule 2) and no single pending challenger reaches that floor (the node would
+// move to it and keep drawing power). Reserved nodes sit idle and do not
+// count. A power cap sums power_w (watts) over its row; a carbon budget sums
+// power_w x intensity(now) (mg/h) over its region, returned in grams per hour
+// rounded up.
+int64_t MarketEngine::Impl::Staying(const Policy& p, bool* leaving_any) const {
+  const auto* carbon = std::get_if<AdaptiveCarbonBudgetSpec>(&p.spec);
+  const int64_t intensity = carbon ? IntensityAt(carbon->series, now_) : 1;
+  const LocationId where = carbon ? carbon->region : std::get<AdaptivePowerCapSpec>(p.spec).row;
+  __int128 sum = 0;  // Non-negative terms: the order does not matter.
   *leaving_any = false;
-  ForEachNodeUnder(row, [&](NodeId n) {
+  ForEachNodeUnder(where, [&](NodeId n) {
     const NodeState& s = nodes_[n.value];
     if (!s.alive || !s.holder.valid()) return;
     bool leaving = s.limit < s.base_floor;
@@ -168,25 +198,28 @@ int64_t MarketEngine::Impl::StayingPower(LocationId row, bool* leaving_any) cons
       if (!o.is_gang() && o.effective >= s.base_floor) leaving = false;
     }
     if (leaving) *leaving_any = true;
-    else sum = SatAdd(sum, topo_.node(n).meta.power_w);
+    else sum += static_cast<__int128>(topo_.node(n).meta.power_w) * intensity;
   });
-  return sum;
+  if (carbon) sum = (sum + 999) / 1000;
+  return sum >= INT64_MAX ? INT64_MAX : static_cast<int64_t>(sum);
 }
 
-// One control step of an adaptive power cap (docs/MECHANISM.md): a
-// scheduled event every `interval` from the policy's creation, so splitting
-// an Advance never moves it, and evaluated before the instant's matching.
-void MarketEngine::Impl::AdaptiveControl(uint32_t id) {
+// An adaptive policy's scheduled event (docs/MECHANISM.md): a control step -
+// every `interval` from the policy's creation, so splitting an Advance never
+// moves it, evaluated before the instant's matching - or a carbon budget's
+// intensity change point, whose floors move with the intensity whatever the
+// price does.
+void MarketEngine::Impl::AdaptiveEvent(uint32_t id) {
   Policy& p = policies_[id];
-  const auto& spec = std::get<AdaptivePowerCapSpec>(p.spec);
-  bool pending = false;
-  p.staying_w = StayingPower(spec.row, &pending);
-  Price floor = AdaptiveStep(spec, p.power_floor, p.staying_w, pending);
-  p.next_step = SatAdd(p.next_step, spec.interval);
-  if (floor != p.power_floor) {
-    p.power_floor = floor;
-    RecomputeFloorsUnder(p);
+  const Price before = p.power_floor;
+  if (p.next_step <= now_) {
+    const AdaptiveControl c = ControlOfPolicy(p.spec);
+    bool pending = false;
+    p.staying_w = Staying(p, &pending);
+    p.power_floor = AdaptiveStep(c, p.power_floor, p.staying_w, pending);
+    p.next_step = SatAdd(p.next_step, c.interval);
   }
+  if (p.power_floor != before || std::holds_alternative<AdaptiveCarbonBudgetSpec>(p.spec)) RecomputeFloorsUnder(p);
 }
 
 // Re-evaluates power-cap floors from committed power. True if any floor changed.

@@ -135,8 +135,8 @@ void MarketEngine::Impl::RunDue() {
       case kSchedPolicy: {
         Policy& p = policies_[k.id];
         p.sched = kNever;
-        if (p.alive && std::holds_alternative<AdaptivePowerCapSpec>(p.spec)) {
-          AdaptiveControl(static_cast<uint32_t>(k.id));
+        if (p.alive && IsAdaptive(p.spec)) {
+          AdaptiveEvent(static_cast<uint32_t>(k.id));
           SchedulePolicy(static_cast<uint32_t>(k.id));
         } else if (p.alive) {
           RecomputeFloorsUnder(p);
