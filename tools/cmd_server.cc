@@ -1,7 +1,7 @@
 // The control plane's commands: `serve`; tenant commands (bid, update, cancel,
 // retain, release, quote, eviction-quote, watch, balance, orders, holdings,
 // ledger); operator commands (nodes add/drain/remove/list, floor set/remove,
-// powercap set, volatility set/show, audit); admin commands (tenant create /
+// powercap set/adaptive/set-cap, carbon budget/set-budget, volatility set/show, audit); admin commands (tenant create /
 // deposit, token issue/revoke); `agent`; `bench server`; `demo live`.
 //
 // Client commands talk to a server over gRPC: `--server HOST:PORT` (or
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -284,6 +285,53 @@ Status ParsePriceFlag(const std::string& text, std::string_view field, int64_t* 
   LZ_ASSIGN_OR_RETURN(*out, ParseMoney(text, field));
   return Status::Ok();
 }
+
+// The controller flags of `powercap adaptive` and `carbon budget`
+// (docs/MECHANISM.md): prices in units like every price flag, the interval as
+// a duration. `value` names what the controller sets ("floor" or "price").
+struct ControlFlags {
+  std::string value;
+  std::string interval = "60s", rise_min, rise_max, fall_step = "0", min_value = "0", max_value = "inf";
+  int64_t margin_ppm = 0, band_ppm = 0, rise_ppm = 0;
+
+  void Add(CLI::App* cmd, const std::string& what, const std::string& unit) {
+    cmd->add_option("--margin-ppm", margin_ppm, "Target T = cap x (1 - margin), margin in ppm (default 0)");
+    cmd->add_option("--band-ppm", band_ppm, "Hold band below the target, ppm of the cap (default 0)");
+    cmd->add_option("--interval", interval, "Control interval, at least 1s (default 60s)");
+    cmd->add_option("--rise-ppm", rise_ppm, "Multiplicative part of a rise, ppm of the " + what + " (default 0)");
+    cmd->add_option("--rise-min", rise_min, "Smallest rise per interval, " + unit + " (> 0)")->required();
+    cmd->add_option("--rise-max", rise_max, "Largest rise per interval, " + unit + " (>= --rise-min)")->required();
+    cmd->add_option("--fall-step", fall_step, "Most the " + what + " falls per interval, " + unit + " (default 0: never)");
+    cmd->add_option("--min-" + value, min_value, "Starting and lowest " + what + ", " + unit + " (default 0)");
+    cmd->add_option("--max-" + value, max_value, "Highest " + what + ", " + unit + ", or inf (default inf)");
+  }
+  // Fills the request's controller fields; the min and max go to the
+  // request's own setters.
+  template <typename Request>
+  Status Fill(Request* q, void (Request::*set_min)(int64_t), void (Request::*set_max)(int64_t)) const {
+    q->set_margin_ppm(margin_ppm);
+    q->set_band_ppm(band_ppm);
+    q->set_rise_ppm(rise_ppm);
+    LZ_ASSIGN_OR_RETURN(Micros iv, ParseDuration(interval, "interval"));
+    q->set_interval_us(iv);
+    int64_t p = 0;
+    LZ_RETURN_IF_ERROR(ParsePriceFlag(rise_min, "rise-min", &p));
+    q->set_rise_min(p);
+    LZ_RETURN_IF_ERROR(ParsePriceFlag(rise_max, "rise-max", &p));
+    q->set_rise_max(p);
+    LZ_RETURN_IF_ERROR(ParsePriceFlag(fall_step, "fall-step", &p));
+    q->set_fall_step(p);
+    LZ_RETURN_IF_ERROR(ParsePriceFlag(min_value, "min-" + value, &p));
+    (q->*set_min)(p);
+    if (max_value == "inf") {
+      p = kInfPrice;
+    } else {
+      LZ_RETURN_IF_ERROR(ParsePriceFlag(max_value, "max-" + value, &p));
+    }
+    (q->*set_max)(p);
+    return Status::Ok();
+  }
+};
 
 Result<pb::Locality> ParseLocalityFlag(const std::string& text) {
   LZ_ASSIGN_OR_RETURN(market::Locality l, market::ParseLocality(text, "locality"));
@@ -1086,7 +1134,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
   {
     auto* pc = app.add_subcommand("powercap", "Operator: a row's floor rises as its committed power nears a cap");
     pc->require_subcommand(1);
-    auto* cmd = pc->add_subcommand("set", "Set a power-cap InfraMap on a row");
+    auto* cmd = pc->add_subcommand("set", "Set a power-cap InfraMap on a row (a fixed staircase of floors)");
     static ClientFlags f;
     static std::string row;
     static int64_t cap_w = 0;
@@ -1121,6 +1169,124 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
           },
           [&](Client& c, pb::PolicyResponse* r) { return c.op->SetPowerCap(c.Ctx().get(), q, r); });
     });
+    {
+      auto* cmd = pc->add_subcommand(
+          "adaptive",
+          "An adaptive power cap on a row: a controller raises the row's floor while the power that stays is above "
+          "the target cap x (1 - margin), holds in the band below it or while a reclaim is pending, and otherwise "
+          "lowers it by at most --fall-step per interval (docs/MECHANISM.md, \"Adaptive power caps\"). "
+          "Prints the policy id.");
+      static ClientFlags f;
+      static std::string row;
+      static int64_t cap_w = 0;
+      static ControlFlags control{"floor"};
+      AddClientFlags(cmd, &f);
+      cmd->add_option("--row", row, "Row path, e.g. eu/eu-1a/r1")->required();
+      cmd->add_option("--cap-w", cap_w, "Cap in watts")->required();
+      control.Add(cmd, "floor", "in units per node-hour");
+      cmd->callback([exit_code] {
+        pb::AdaptivePowerCapRequest q;
+        *exit_code = RunCall<pb::PolicyResponse>(
+            f,
+            [&]() -> Status {
+              q.set_row(row);
+              q.set_cap_w(cap_w);
+              return control.Fill(&q, &pb::AdaptivePowerCapRequest::set_min_floor,
+                                  &pb::AdaptivePowerCapRequest::set_max_floor);
+            },
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->AddAdaptivePowerCap(c.Ctx().get(), q, r); });
+      });
+    }
+    {
+      auto* cmd = pc->add_subcommand(
+          "set-cap",
+          "Change a live adaptive cap's cap in place (a cooling failure, or its end): the controller keeps its "
+          "floor and its step times, and its next step measures against the new target");
+      static ClientFlags f;
+      static uint32_t policy = 0;
+      static int64_t cap_w = 0;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("policy", policy, "Policy id of the adaptive cap")->required();
+      cmd->add_option("--cap-w", cap_w, "The new cap in watts")->required();
+      cmd->callback([exit_code] {
+        pb::SetAdaptiveCapRequest q;
+        q.set_policy(policy);
+        q.set_cap(cap_w);
+        *exit_code = RunCall<pb::SetAdaptiveCapResponse>(
+            f, nullptr, [&](Client& c, pb::SetAdaptiveCapResponse* r) { return c.op->SetAdaptiveCap(c.Ctx().get(), q, r); });
+      });
+    }
+  }
+  {
+    auto* carbon = app.add_subcommand("carbon", "Operator: carbon InfraMaps");
+    carbon->require_subcommand(1);
+    {
+      auto* cmd = carbon->add_subcommand(
+          "budget",
+          "An adaptive carbon budget on a region: a controller sets a carbon price per tonne so that the region's "
+          "emissions that stay (power x intensity over held nodes not leaving) come under the target "
+          "budget x (1 - margin); each node's floor is intensity x power x price (docs/MECHANISM.md, \"Adaptive "
+          "carbon budgets\"). Prints the policy id.");
+      static ClientFlags f;
+      static std::string region;
+      static int64_t budget = 0;
+      static std::vector<std::string> intensity;
+      static ControlFlags control{"price"};
+      AddClientFlags(cmd, &f);
+      cmd->add_option("--region", region, "Region path, e.g. eu")->required();
+      cmd->add_option("--budget-g-per-h", budget, "Budget in grams CO2 per hour")->required();
+      cmd->add_option("--intensity", intensity,
+                      "IN=G: carbon intensity G (gCO2/kWh) from IN after now (a duration: 0, 30m, 6h; repeatable, "
+                      "ascending)")
+          ->required();
+      control.Add(cmd, "price", "in units per tonne CO2");
+      cmd->callback([exit_code] {
+        pb::AdaptiveCarbonBudgetRequest q;
+        *exit_code = RunCall<pb::PolicyResponse>(
+            f,
+            [&]() -> Status {
+              q.set_region(region);
+              q.set_budget_g_per_h(budget);
+              Micros now = server::WallClockMicros();
+              for (size_t i = 0; i < intensity.size(); ++i) {
+                std::string field = "intensity[" + std::to_string(i) + "]";
+                auto eq = intensity[i].find('=');
+                if (eq == std::string::npos) return InvalidArgument(field + ": must be IN=G, e.g. 0=300 or 6h=120");
+                LZ_ASSIGN_OR_RETURN(Micros in, ParseDuration(intensity[i].substr(0, eq), field + ".in"));
+                std::string g = intensity[i].substr(eq + 1);
+                int64_t grams = 0;
+                auto [end, ec] = std::from_chars(g.data(), g.data() + g.size(), grams);
+                if (ec != std::errc() || end != g.data() + g.size() || grams < 0) {
+                  return InvalidArgument(field + ".g: '" + g + "' is not a whole number of grams per kWh >= 0");
+                }
+                auto* pt = q.add_series();
+                pt->set_from(now + in);
+                pt->set_g_per_kwh(grams);
+              }
+              return control.Fill(&q, &pb::AdaptiveCarbonBudgetRequest::set_min_price,
+                                  &pb::AdaptiveCarbonBudgetRequest::set_max_price);
+            },
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->AddAdaptiveCarbonBudget(c.Ctx().get(), q, r); });
+      });
+    }
+    {
+      auto* cmd = carbon->add_subcommand(
+          "set-budget",
+          "Change a live adaptive carbon budget's budget in place: the controller keeps its price and step times");
+      static ClientFlags f;
+      static uint32_t policy = 0;
+      static int64_t budget = 0;
+      AddClientFlags(cmd, &f);
+      cmd->add_option("policy", policy, "Policy id of the carbon budget")->required();
+      cmd->add_option("--budget-g-per-h", budget, "The new budget in grams CO2 per hour")->required();
+      cmd->callback([exit_code] {
+        pb::SetAdaptiveCapRequest q;
+        q.set_policy(policy);
+        q.set_cap(budget);
+        *exit_code = RunCall<pb::SetAdaptiveCapResponse>(
+            f, nullptr, [&](Client& c, pb::SetAdaptiveCapResponse* r) { return c.op->SetAdaptiveCap(c.Ctx().get(), q, r); });
+      });
+    }
   }
   {
     auto* vol = app.add_subcommand("volatility", "Operator: volatility controls and market parameters");

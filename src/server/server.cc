@@ -794,6 +794,35 @@ class Server::Services {
       });
     }
 
+    static constexpr int kMaxSeries = 10000;
+    // The controller fields both adaptive requests carry under the same names.
+    template <typename Request, typename Spec>
+    static void CopyControl(const Request& q, Spec* s) {
+      s->margin_ppm = q.margin_ppm();
+      s->band_ppm = q.band_ppm();
+      s->interval = q.interval_us();
+      s->rise_ppm = q.rise_ppm();
+      s->rise_min = q.rise_min();
+      s->rise_max = q.rise_max();
+      s->fall_step = q.fall_step();
+    }
+
+    // A row by its location path: NOT_FOUND or INVALID_ARGUMENT naming `row`.
+    static Result<LocationId> Row(WriterContext& w, const std::string& path) {
+      auto l = w.engine().topology().FindLocation(path);
+      if (!l.ok()) return NotFound("row: no location \"" + path.substr(0, 64) + "\"");
+      if (w.engine().topology().location(*l).level != topology::Level::kRow) {
+        return InvalidArgument("row: \"" + path + "\" is not a row");
+      }
+      return *l;
+    }
+
+    static Result<uint64_t> AddPolicy(WriterContext& w, market::PolicySpec spec) {
+      ApplyResult a = w.Apply(market::OpAddPolicy{std::move(spec)});
+      if (!a.status.ok()) return a.status;
+      return a.created_id;
+    }
+
     grpc::Status SetPowerCap(ServerContext* c, const pb::PowerCapRequest* q, pb::PolicyResponse* r) override {
       return s_->Call("SetPowerCap", c, Need::kOperator, [&](const Principal& p) -> Status {
         LZ_RETURN_IF_ERROR(CheckName(q->row(), "row"));
@@ -813,18 +842,68 @@ class Server::Services {
           spec.steps.emplace_back(s.utilization_ppm(), s.floor());
         }
         LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
-          auto l = w.engine().topology().FindLocation(q->row());
-          if (!l.ok()) return NotFound("row: no location \"" + q->row().substr(0, 64) + "\"");
-          if (w.engine().topology().location(*l).level != topology::Level::kRow) {
-            return InvalidArgument("row: \"" + q->row() + "\" is not a row");
-          }
-          spec.row = *l;
-          ApplyResult a = w.Apply(market::OpAddPolicy{spec});
-          if (!a.status.ok()) return a.status;
-          return a.created_id;
+          LZ_ASSIGN_OR_RETURN(spec.row, Row(w, q->row()));
+          return AddPolicy(w, spec);
         }));
         r->set_policy(static_cast<uint32_t>(id));
         return Status::Ok();
+      });
+    }
+
+    // Every parameter is checked by market::ValidateOperation on the writer
+    // (the same check replay runs), which names the field.
+    grpc::Status AddAdaptivePowerCap(ServerContext* c, const pb::AdaptivePowerCapRequest* q,
+                                     pb::PolicyResponse* r) override {
+      return s_->Call("AddAdaptivePowerCap", c, Need::kOperator, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->row(), "row"));
+        market::AdaptivePowerCapSpec spec;
+        spec.cap_w = q->cap_w();
+        CopyControl(*q, &spec);
+        spec.min_floor = q->min_floor();
+        spec.max_floor = q->max_floor();
+        LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
+          LZ_ASSIGN_OR_RETURN(spec.row, Row(w, q->row()));
+          return AddPolicy(w, spec);
+        }));
+        r->set_policy(static_cast<uint32_t>(id));
+        return Status::Ok();
+      });
+    }
+
+    grpc::Status AddAdaptiveCarbonBudget(ServerContext* c, const pb::AdaptiveCarbonBudgetRequest* q,
+                                         pb::PolicyResponse* r) override {
+      return s_->Call("AddAdaptiveCarbonBudget", c, Need::kOperator, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckName(q->region(), "region"));
+        if (q->series_size() > kMaxSeries) {
+          return InvalidArgument("series: at most " + std::to_string(kMaxSeries) + " points");
+        }
+        market::AdaptiveCarbonBudgetSpec spec;
+        spec.budget_g_per_h = q->budget_g_per_h();
+        for (const auto& pt : q->series()) spec.series.emplace_back(pt.from(), pt.g_per_kwh());
+        CopyControl(*q, &spec);
+        spec.min_price = q->min_price();
+        spec.max_price = q->max_price();
+        LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
+          const auto& topo = w.engine().topology();
+          auto l = topo.FindLocation(q->region());
+          if (!l.ok()) return NotFound("region: no location \"" + q->region().substr(0, 64) + "\"");
+          if (topo.location(*l).level != topology::Level::kRegion) {
+            return InvalidArgument("region: \"" + q->region() + "\" is not a region");
+          }
+          spec.region = *l;
+          return AddPolicy(w, spec);
+        }));
+        r->set_policy(static_cast<uint32_t>(id));
+        return Status::Ok();
+      });
+    }
+
+    grpc::Status SetAdaptiveCap(ServerContext* c, const pb::SetAdaptiveCapRequest* q,
+                                pb::SetAdaptiveCapResponse*) override {
+      return s_->Call("SetAdaptiveCap", c, Need::kOperator, [&](const Principal& p) -> Status {
+        return s_->ExecStatus(p, [&](WriterContext& w) {
+          return w.Apply(market::OpSetAdaptiveCap{PolicyId(q->policy()), q->cap()}).status;
+        });
       });
     }
 

@@ -23,6 +23,46 @@ namespace pb = ::laissez::v1;
 using grpc::StatusCode;
 using namespace testing_fixture;  // NOLINT
 
+// A valid adaptive power cap on row eu/eu-1a/r1 (Populate's row).
+pb::AdaptivePowerCapRequest AdaptiveCap() {
+  pb::AdaptivePowerCapRequest q;
+  q.set_row("eu/eu-1a/r1");
+  q.set_cap_w(20000);
+  q.set_margin_ppm(100'000);
+  q.set_band_ppm(100'000);
+  q.set_interval_us(60'000'000);
+  q.set_rise_ppm(250'000);
+  q.set_rise_min(kUnit / 4);
+  q.set_rise_max(2 * kUnit);
+  q.set_fall_step(kUnit / 10);
+  q.set_min_floor(kUnit);
+  q.set_max_floor(kInfPrice);
+  return q;
+}
+
+// A valid adaptive carbon budget on region eu (Populate's region).
+pb::AdaptiveCarbonBudgetRequest CarbonBudget() {
+  pb::AdaptiveCarbonBudgetRequest q;
+  q.set_region("eu");
+  q.set_budget_g_per_h(5'000);
+  auto* p0 = q.add_series();
+  p0->set_from(0);
+  p0->set_g_per_kwh(300);
+  auto* p1 = q.add_series();
+  p1->set_from(4'000'000'000'000'000);
+  p1->set_g_per_kwh(120);
+  q.set_margin_ppm(100'000);
+  q.set_band_ppm(100'000);
+  q.set_interval_us(60'000'000);
+  q.set_rise_ppm(250'000);
+  q.set_rise_min(100 * kUnit);
+  q.set_rise_max(1'000 * kUnit);
+  q.set_fall_step(50 * kUnit);
+  q.set_min_price(10 * kUnit);
+  q.set_max_price(kInfPrice);
+  return q;
+}
+
 TEST_F(ServerFixture, FreshServerCreatesAnAdminToken) {
   EXPECT_TRUE(server_->fresh());
   EXPECT_EQ(admin_.substr(0, 3), "lz_");
@@ -287,6 +327,100 @@ TEST_F(ServerFixture, OperatorCalls) {
 
   auto led = OperatorLedger();
   EXPECT_EQ(led.deposited(), 2000 * kUnit);
+}
+
+// The operator API of adaptive power caps: add one with every parameter, change
+// its cap in place (the controller's floor and step times stay), and the calls
+// are journaled under the operator's name.
+TEST_F(ServerFixture, AdaptivePowerCapAddAndChangeInPlace) {
+  Populate();
+  pb::PolicyResponse pr;
+  grpc::Status st = op_stub_->AddAdaptivePowerCap(Ctx(op_).get(), AdaptiveCap(), &pr);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto policy = [&](uint32_t id) {
+    return server_->core().Execute<market::PolicyView>(
+        "test", [&](WriterContext& w) { return w.engine().GetPolicy(PolicyId(id)); });
+  };
+  auto before = policy(pr.policy());
+  ASSERT_TRUE(before.ok());
+  const auto* spec = std::get_if<market::AdaptivePowerCapSpec>(&before->spec);
+  ASSERT_NE(spec, nullptr);
+  EXPECT_EQ(spec->cap_w, 20000);
+  EXPECT_EQ(spec->margin_ppm, 100'000);
+  EXPECT_EQ(spec->rise_min, kUnit / 4);
+  EXPECT_EQ(spec->max_floor, kInfPrice);
+  EXPECT_EQ(before->floor, kUnit);  // min_floor, at once.
+
+  pb::SetAdaptiveCapRequest cq;
+  cq.set_policy(pr.policy());
+  cq.set_cap(6000);
+  pb::SetAdaptiveCapResponse cr;
+  st = op_stub_->SetAdaptiveCap(Ctx(op_).get(), cq, &cr);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto after = policy(pr.policy());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(std::get<market::AdaptivePowerCapSpec>(after->spec).cap_w, 6000);
+  EXPECT_EQ(after->floor, before->floor);
+  EXPECT_EQ(after->next_step, before->next_step);
+
+  // Only adaptive caps have a cap to change.
+  pb::SetFloorRequest fq;
+  fq.set_location("eu");
+  fq.set_price(kUnit);
+  pb::PolicyResponse fr;
+  ASSERT_TRUE(op_stub_->SetFloor(Ctx(op_).get(), fq, &fr).ok());
+  cq.set_policy(fr.policy());
+  st = op_stub_->SetAdaptiveCap(Ctx(op_).get(), cq, &cr);
+  EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_EQ(st.error_message().rfind("policy:", 0), 0u) << st.error_message();
+  // Tenants cannot call either.
+  EXPECT_EQ(op_stub_->AddAdaptivePowerCap(Ctx(a_).get(), AdaptiveCap(), &pr).error_code(),
+            StatusCode::PERMISSION_DENIED);
+
+  pb::AuditLogResponse audit;
+  ASSERT_TRUE(op_stub_->GetAuditLog(Ctx(op_).get(), pb::AuditLogRequest(), &audit).ok());
+  bool saw_add = false, saw_change = false;
+  for (const auto& r : audit.records()) {
+    saw_add |= r.actor() == "operator:ops" && r.operation().find("adaptive_power_cap") != std::string::npos;
+    saw_change |= r.actor() == "operator:ops" && r.operation().find("\"set_adaptive_cap\"") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_add);
+  EXPECT_TRUE(saw_change);
+}
+
+// The operator API of adaptive carbon budgets: add one, change its budget in
+// place through the same SetAdaptiveCap (the price and step times stay).
+TEST_F(ServerFixture, AdaptiveCarbonBudgetAddAndChangeInPlace) {
+  Populate();
+  pb::PolicyResponse pr;
+  grpc::Status st = op_stub_->AddAdaptiveCarbonBudget(Ctx(op_).get(), CarbonBudget(), &pr);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto policy = [&] {
+    return server_->core().Execute<market::PolicyView>(
+        "test", [&](WriterContext& w) { return w.engine().GetPolicy(PolicyId(pr.policy())); });
+  };
+  auto before = policy();
+  ASSERT_TRUE(before.ok());
+  const auto* spec = std::get_if<market::AdaptiveCarbonBudgetSpec>(&before->spec);
+  ASSERT_NE(spec, nullptr);
+  EXPECT_EQ(spec->budget_g_per_h, 5'000);
+  ASSERT_EQ(spec->series.size(), 2u);
+  EXPECT_EQ(spec->series[1].second, 120);
+  EXPECT_EQ(spec->rise_min, 100 * kUnit);
+  EXPECT_EQ(spec->max_price, kInfPrice);
+  EXPECT_EQ(before->carbon_price, 10 * kUnit);  // min_price, at once.
+
+  pb::SetAdaptiveCapRequest cq;
+  cq.set_policy(pr.policy());
+  cq.set_cap(1'000);
+  pb::SetAdaptiveCapResponse cr;
+  st = op_stub_->SetAdaptiveCap(Ctx(op_).get(), cq, &cr);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto after = policy();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(std::get<market::AdaptiveCarbonBudgetSpec>(after->spec).budget_g_per_h, 1'000);
+  EXPECT_EQ(after->carbon_price, before->carbon_price);
+  EXPECT_EQ(after->next_step, before->next_step);
 }
 
 TEST_F(ServerFixture, AdminDepositsAndRevokesTokens) {
@@ -581,6 +715,54 @@ TEST_F(ServerFixture, BadInputTable) {
          pb::PowerCapRequest q; q.set_row("eu/eu-1a"); q.set_cap_w(10); auto* s = q.add_steps();
          s->set_utilization_ppm(1); s->set_floor(1); pb::PolicyResponse r;
          return os->SetPowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap on a zone", StatusCode::INVALID_ARGUMENT, "row", [&] {
+         auto q = AdaptiveCap(); q.set_row("eu/eu-1a"); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap on an unknown row", StatusCode::NOT_FOUND, "row", [&] {
+         auto q = AdaptiveCap(); q.set_row("eu/eu-1a/r9"); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap without a rise", StatusCode::INVALID_ARGUMENT, "rise_min", [&] {
+         auto q = AdaptiveCap(); q.set_rise_min(0); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap stepping every microsecond", StatusCode::INVALID_ARGUMENT, "interval", [&] {
+         auto q = AdaptiveCap(); q.set_interval_us(1); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap with max below min", StatusCode::INVALID_ARGUMENT, "max_floor", [&] {
+         auto q = AdaptiveCap(); q.set_max_floor(kUnit / 2); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap with a negative fall", StatusCode::INVALID_ARGUMENT, "fall_step", [&] {
+         auto q = AdaptiveCap(); q.set_fall_step(-1); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap with margin + band over 1", StatusCode::INVALID_ARGUMENT, "band_ppm", [&] {
+         auto q = AdaptiveCap(); q.set_band_ppm(950'000); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"adaptive cap of no watts", StatusCode::INVALID_ARGUMENT, "cap_w", [&] {
+         auto q = AdaptiveCap(); q.set_cap_w(0); pb::PolicyResponse r;
+         return os->AddAdaptivePowerCap(Ctx(op_).get(), q, &r); }},
+      {"carbon budget on a zone", StatusCode::INVALID_ARGUMENT, "region", [&] {
+         auto q = CarbonBudget(); q.set_region("eu/eu-1a"); pb::PolicyResponse r;
+         return os->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r); }},
+      {"carbon budget on an unknown region", StatusCode::NOT_FOUND, "region", [&] {
+         auto q = CarbonBudget(); q.set_region("mars"); pb::PolicyResponse r;
+         return os->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r); }},
+      {"carbon budget of nothing", StatusCode::INVALID_ARGUMENT, "budget_g_per_h", [&] {
+         auto q = CarbonBudget(); q.set_budget_g_per_h(0); pb::PolicyResponse r;
+         return os->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r); }},
+      {"carbon series out of order", StatusCode::INVALID_ARGUMENT, "series[1].time", [&] {
+         auto q = CarbonBudget(); q.mutable_series(1)->set_from(0); pb::PolicyResponse r;
+         return os->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r); }},
+      {"negative carbon intensity", StatusCode::INVALID_ARGUMENT, "series[0].intensity", [&] {
+         auto q = CarbonBudget(); q.mutable_series(0)->set_g_per_kwh(-1); pb::PolicyResponse r;
+         return os->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r); }},
+      {"carbon price max below min", StatusCode::INVALID_ARGUMENT, "max_price", [&] {
+         auto q = CarbonBudget(); q.set_max_price(kUnit); pb::PolicyResponse r;
+         return os->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r); }},
+      {"new cap of no watts", StatusCode::INVALID_ARGUMENT, "cap", [&] {
+         pb::SetAdaptiveCapRequest q; q.set_policy(0); q.set_cap(0); pb::SetAdaptiveCapResponse r;
+         return os->SetAdaptiveCap(Ctx(op_).get(), q, &r); }},
+      {"new cap of an unknown policy", StatusCode::NOT_FOUND, "policy", [&] {
+         pb::SetAdaptiveCapRequest q; q.set_policy(4242); q.set_cap(1000); pb::SetAdaptiveCapResponse r;
+         return os->SetAdaptiveCap(Ctx(op_).get(), q, &r); }},
       {"bad tenant name", StatusCode::INVALID_ARGUMENT, "name", [&] {
          pb::CreateTenantRequest q; q.set_name("a b"); pb::CreateTenantResponse r;
          return as->CreateTenant(Ctx(admin_).get(), q, &r); }},
@@ -709,6 +891,20 @@ TEST_F(ServerFixture, RestartRecoversTheSameStateFromSqlite) {
   Populate();
   ASSERT_TRUE(Place(a_, "n1", 10 * kUnit).ok());
   ASSERT_TRUE(Place(b_, "h100x8/eu/eu-1a/r1/k2", 7 * kUnit).ok());
+  // An adaptive cap whose cap was changed in place: both calls are journaled.
+  pb::PolicyResponse cap;
+  ASSERT_TRUE(op_stub_->AddAdaptivePowerCap(Ctx(op_).get(), AdaptiveCap(), &cap).ok());
+  pb::SetAdaptiveCapRequest cq;
+  cq.set_policy(cap.policy());
+  cq.set_cap(7000);
+  pb::SetAdaptiveCapResponse cr;
+  ASSERT_TRUE(op_stub_->SetAdaptiveCap(Ctx(op_).get(), cq, &cr).ok());
+  auto policy = [&] {
+    return server_->core().Execute<market::PolicyView>(
+        "test", [&](WriterContext& w) { return w.engine().GetPolicy(PolicyId(cap.policy())); });
+  };
+  auto cap_before = policy();
+  ASSERT_TRUE(cap_before.ok());
   auto before = OperatorLedger();
   pb::ListClusterResponse cb;
   ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &cb).ok());
@@ -724,6 +920,12 @@ TEST_F(ServerFixture, RestartRecoversTheSameStateFromSqlite) {
     EXPECT_EQ(ca.nodes(i).holder(), cb.nodes(i).holder());
     EXPECT_EQ(ca.nodes(i).limit(), cb.nodes(i).limit());
   }
+  auto cap_after = policy();
+  ASSERT_TRUE(cap_after.ok());
+  EXPECT_EQ(cap_after->spec, cap_before->spec);  // cap_w 7000 and every controller parameter.
+  EXPECT_TRUE(cap_after->alive);
+  EXPECT_EQ(std::get<market::AdaptivePowerCapSpec>(cap_after->spec).cap_w, 7000);
+  EXPECT_EQ(cap_after->next_step, cap_before->next_step);  // The step grid from the add_policy time.
   auto after = OperatorLedger();
   EXPECT_EQ(after.deposited(), before.deposited());
   // Money is conserved across the restart; holders paid for the time in between.
