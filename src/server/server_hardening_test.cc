@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -142,7 +143,7 @@ TEST_F(DurableFixture, RandomAcceptedCallsAlwaysRestartToTheSameState) {
       clock_->fetch_add(static_cast<int64_t>(rng() % 5'000'000));
       const std::string& t = tenants[rng() % tenants.size()];
       grpc::Status st;
-      switch (rng() % 12) {
+      switch (rng() % 15) {
         case 0: {
           pb::PlaceOrderRequest q;
           q.set_scope(scopes[rng() % scopes.size()]);
@@ -266,6 +267,56 @@ TEST_F(DurableFixture, RandomAcceptedCallsAlwaysRestartToTheSameState) {
           q.set_order(orders[rng() % orders.size()]);
           pb::CancelOrderResponse r;
           st = tenant_stub_->CancelOrder(Ctx(t).get(), q, &r);
+          break;
+        }
+        case 12: {
+          // Adaptive caps: controllers whose steps fall between the calls, so
+          // the restart must replay their floors too.
+          pb::AdaptivePowerCapRequest q;
+          q.set_row(pick({0, 1}) ? "eu/eu-1a/r1" : "eu/eu-1a");
+          q.set_cap_w(pick({0, 1, 6000, 20000, INT64_MAX}));
+          q.set_margin_ppm(pick({0, 100'000, 999'999, 1'000'000}));
+          q.set_band_ppm(pick({0, 100'000, -1}));
+          q.set_interval_us(pick({1, 1'000'000, 3'000'000, market::kMaxDuration, market::kMaxDuration + 1}));
+          q.set_rise_ppm(pick({0, 250'000, 100'000'001}));
+          q.set_rise_min(pick({0, 1, kUnit / 2}));
+          q.set_rise_max(pick({1, kUnit, 10 * kUnit, INT64_MAX}));
+          q.set_fall_step(pick({0, kUnit / 10, -1}));
+          q.set_min_floor(pick({0, kUnit}));
+          q.set_max_floor(pick({0, 5 * kUnit, INT64_MAX}));
+          pb::PolicyResponse r;
+          st = op_stub_->AddAdaptivePowerCap(Ctx(op_).get(), q, &r);
+          if (st.ok()) policies.push_back(r.policy());
+          break;
+        }
+        case 13: {
+          if (policies.empty()) break;
+          pb::SetAdaptiveCapRequest q;
+          q.set_policy(static_cast<uint32_t>(policies[rng() % policies.size()]));
+          q.set_cap(pick({0, 1, 6000, 12000, INT64_MAX - 1, INT64_MAX}));
+          pb::SetAdaptiveCapResponse r;
+          st = op_stub_->SetAdaptiveCap(Ctx(op_).get(), q, &r);
+          break;
+        }
+        case 14: {
+          pb::AdaptiveCarbonBudgetRequest q;
+          q.set_region(pick({0, 1}) ? "eu" : "eu/eu-1a/r1");
+          q.set_budget_g_per_h(pick({0, 1, 3'000, INT64_MAX}));
+          auto* pt = q.add_series();
+          pt->set_from(pick({0, clock_->load() + 2'000'000, INT64_MAX}));
+          pt->set_g_per_kwh(pick({0, 300, -1, INT64_MAX}));
+          q.set_margin_ppm(pick({0, 100'000}));
+          q.set_band_ppm(pick({0, 100'000}));
+          q.set_interval_us(pick({1, 1'000'000, 2'000'000}));
+          q.set_rise_ppm(pick({0, 500'000}));
+          q.set_rise_min(pick({0, 100 * kUnit}));
+          q.set_rise_max(pick({100 * kUnit, 1'000 * kUnit, INT64_MAX}));
+          q.set_fall_step(pick({0, 10 * kUnit}));
+          q.set_min_price(pick({0, kUnit}));
+          q.set_max_price(pick({0, 10'000 * kUnit, INT64_MAX}));
+          pb::PolicyResponse r;
+          st = op_stub_->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r);
+          if (st.ok()) policies.push_back(r.policy());
           break;
         }
       }
@@ -607,6 +658,122 @@ TEST_F(ServerFixture, GrpcStreamsAreBoundedPerToken) {
   (void)other->Finish();
   for (auto& c : ctxs) c->TryCancel();
   for (auto& r : readers) (void)r->Finish();
+}
+
+// The operator overview's rows (docs/DASHBOARD.md): committed power, the cap,
+// and each adaptive cap's controller - its floor F, target T, band bottom L
+// and the staying power S of its last step - read from the engine, so an
+// in-place cap change and a control step show at once.
+class ClockedDashboard : public ServerFixture {
+ protected:
+  void SetUp() override {
+    clock_ = std::make_shared<std::atomic<int64_t>>(1'700'000'000'000'000);
+    auto o = DefaultOptions();
+    o.http_routes = dashboard::Install;
+    auto clock = clock_;
+    o.core.clock = [clock] { return clock->load(); };
+    StartServer(o);
+  }
+  nlohmann::json Row(const std::string& path) {
+    httplib::Client http("127.0.0.1", server_->http_port());
+    auto res = http.Get("/api/v1/operator/overview", {{"Authorization", "Bearer " + op_}});
+    EXPECT_TRUE(res);
+    if (!res) return nullptr;
+    EXPECT_EQ(res->status, 200) << res->body;
+    auto body = nlohmann::json::parse(res->body);
+    for (const auto& r : body["rows"]) {
+      if (r["path"] == path) return r;
+    }
+    ADD_FAILURE() << "no row " << path << " in " << res->body;
+    return nullptr;
+  }
+  std::shared_ptr<std::atomic<int64_t>> clock_;
+};
+
+TEST_F(ClockedDashboard, RowsShowCommittedPowerTheCapAndTheControllersFloorAndTarget) {
+  Populate();
+  ASSERT_TRUE(Place(a_, "n1", 10 * kUnit).ok());
+  ASSERT_TRUE(Place(a_, "n2", 10 * kUnit).ok());
+  const int64_t committed = 2 * 6000;  // Populate's nodes draw 6000 W each.
+  auto row = Row("eu/eu-1a/r1");
+  EXPECT_EQ(row["committed_w"], committed);
+  EXPECT_TRUE(row["cap_w"].is_null());
+  EXPECT_TRUE(row["adaptive"].empty());
+
+  // A staircase and an adaptive cap on the row: the smaller cap is shown.
+  pb::PowerCapRequest sq;
+  sq.set_row("eu/eu-1a/r1");
+  sq.set_cap_w(40000);
+  auto* step = sq.add_steps();
+  step->set_utilization_ppm(900'000);
+  step->set_floor(kUnit);
+  pb::PolicyResponse sr;
+  ASSERT_TRUE(op_stub_->SetPowerCap(Ctx(op_).get(), sq, &sr).ok());
+  market::AdaptivePowerCapSpec spec;
+  spec.cap_w = 20000;
+  spec.margin_ppm = 100'000;
+  spec.band_ppm = 100'000;
+  spec.interval = kMicrosPerSecond;
+  spec.rise_ppm = 250'000;
+  spec.rise_min = kUnit / 4;
+  spec.rise_max = 2 * kUnit;
+  spec.fall_step = kUnit / 10;
+  spec.min_floor = kUnit;
+  pb::AdaptivePowerCapRequest aq;
+  aq.set_row("eu/eu-1a/r1");
+  aq.set_cap_w(spec.cap_w);
+  aq.set_margin_ppm(spec.margin_ppm);
+  aq.set_band_ppm(spec.band_ppm);
+  aq.set_interval_us(spec.interval);
+  aq.set_rise_ppm(spec.rise_ppm);
+  aq.set_rise_min(spec.rise_min);
+  aq.set_rise_max(spec.rise_max);
+  aq.set_fall_step(spec.fall_step);
+  aq.set_min_floor(spec.min_floor);
+  aq.set_max_floor(spec.max_floor);
+  pb::PolicyResponse ar;
+  ASSERT_TRUE(op_stub_->AddAdaptivePowerCap(Ctx(op_).get(), aq, &ar).ok());
+  row = Row("eu/eu-1a/r1");
+  EXPECT_EQ(row["cap_w"], spec.cap_w);
+  ASSERT_EQ(row["adaptive"].size(), 1u) << row.dump();
+  auto c = row["adaptive"][0];
+  auto th = market::AdaptiveThresholdsOf(spec);
+  EXPECT_EQ(c["policy"], ar.policy());
+  EXPECT_EQ(c["cap_w"], spec.cap_w);
+  EXPECT_EQ(c["target_w"], th.target);
+  EXPECT_EQ(c["low_w"], th.low);
+  EXPECT_EQ(c["floor"], spec.min_floor);  // At once, before any step.
+  EXPECT_EQ(c["staying_w"], 0);
+  const int64_t first_step = c["next_step"];
+
+  // A cooling failure: the cap drops in place below the committed power. The
+  // floor is continuous; the next step (one interval on) raises it.
+  pb::SetAdaptiveCapRequest cq;
+  cq.set_policy(ar.policy());
+  cq.set_cap(10000);
+  pb::SetAdaptiveCapResponse cr;
+  ASSERT_TRUE(op_stub_->SetAdaptiveCap(Ctx(op_).get(), cq, &cr).ok());
+  spec.cap_w = 10000;
+  th = market::AdaptiveThresholdsOf(spec);
+  row = Row("eu/eu-1a/r1");
+  EXPECT_EQ(row["cap_w"], spec.cap_w);
+  c = row["adaptive"][0];
+  EXPECT_EQ(c["target_w"], th.target);
+  EXPECT_EQ(c["floor"], spec.min_floor);
+  EXPECT_EQ(c["next_step"], first_step);
+  ASSERT_GT(committed, th.target);
+
+  clock_->store(first_step);
+  pb::DepositRequest dq;  // Any call moves the market to the clock.
+  dq.set_tenant("acme");
+  dq.set_amount(1);
+  pb::DepositResponse dr;
+  ASSERT_TRUE(admin_stub_->Deposit(Ctx(admin_).get(), dq, &dr).ok());
+  c = Row("eu/eu-1a/r1")["adaptive"][0];
+  EXPECT_EQ(c["staying_w"], committed);
+  EXPECT_EQ(c["floor"], market::AdaptiveStep(spec, spec.min_floor, committed, false));
+  EXPECT_GT(c["floor"].get<int64_t>(), spec.min_floor);
+  EXPECT_EQ(c["next_step"], first_step + spec.interval);
 }
 
 class RateLimitedDashboard : public ServerFixture {

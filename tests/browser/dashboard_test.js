@@ -1,7 +1,7 @@
 // Drives Debian's chromium with playwright-core against a real `laissez serve`
 // on loopback: operator and tenant views, live events after an order placed
-// through the API, tenant isolation, a floor set from the page, reconnection
-// after a server restart. Screenshots go to $ARTIFACTS (under the build dir).
+// through the API, tenant isolation, a floor set from the page, an adaptive
+// power cap from the CLI in the rows panel, reconnection after a server restart. Screenshots go to $ARTIFACTS (under the build dir).
 'use strict';
 const { chromium } = require('playwright-core');
 const { spawn, execFileSync } = require('child_process');
@@ -58,6 +58,18 @@ function cli(tokenFile, ...args) {
   return JSON.parse(out);
 }
 const read = (f) => fs.readFileSync(f, 'utf8').trim();
+// A CLI call that must fail before it reaches the server, naming `field`.
+function cliRefuses(tokenFile, field, ...args) {
+  try {
+    execFileSync(BIN, [...args, '--server', `127.0.0.1:${grpcPort}`, '--token-file', tokenFile],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    assert.notStrictEqual(e.status, 0);
+    assert(e.stderr.includes(field + ':'), `${args.join(' ')}: stderr does not name ${field}: ${e.stderr}`);
+    return;
+  }
+  assert.fail(`${args.join(' ')} was accepted`);
+}
 
 async function login(browser, token, name) {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
@@ -181,6 +193,44 @@ async function main() {
     await shot(op, '06-floor-set');
     await op.screenshot({ path: path.join(ART, '06b-operator-full.png'), fullPage: true });
 
+    // --- An adaptive power cap from the CLI on the held node's row: the rows
+    // panel shows the controller's floor and target beside committed power.
+    const heldRow = list.nodes.find((n) => n.node === heldName).location.split('/').slice(0, 3).join('/');
+    const adaptive = ['powercap', 'adaptive', '--row', heldRow, '--cap-w', '50000', '--margin-ppm', '100000',
+      '--band-ppm', '100000', '--interval', '1s', '--rise-min', '0.25', '--rise-max', '1', '--fall-step', '0.1',
+      '--min-floor', '1.5', '--max-floor', '4'];
+    for (const [flag, bad] of [['rise-min', 'abc'], ['rise-max', '-1'], ['fall-step', '0.0000001'], ['min-floor', 'inf'],
+      ['max-floor', '1e3'], ['interval', 'soon']]) {
+      const args = adaptive.slice();
+      args[args.indexOf('--' + flag) + 1] = bad;
+      cliRefuses(opFile, flag, ...args);
+    }
+    const cap = cli(opFile, ...adaptive);
+    const ctl = `#rows [data-testid="controller"][data-policy="${cap.policy}"]`;
+    await op.waitForSelector(`${ctl}:has-text("target 45.0 kW")`, { timeout: WAIT });
+    assert.match(await op.textContent(ctl), /floor \$1\.50\/h/);
+    // A cooling failure: the cap drops in place below the row's committed
+    // power; the target follows at once and the floor rises from $1.50/h.
+    cli(opFile, 'powercap', 'set-cap', String(cap.policy), '--cap-w', '4000');
+    await op.waitForSelector(`${ctl}:has-text("target 3600 W")`, { timeout: WAIT });
+    await op.waitForFunction((sel) => { const e = document.querySelector(sel); return e && !/floor \$1\.50\/h/.test(e.textContent); },
+      ctl, { timeout: WAIT });
+    await op.locator('#rows').scrollIntoViewIfNeeded();
+    await shot(op, '06c-adaptive-cap');
+    await op.screenshot({ path: path.join(ART, '06d-adaptive-cap-full.png'), fullPage: true });
+    // An adaptive carbon budget from the CLI: bad flags are refused naming them.
+    const budget = ['carbon', 'budget', '--region', 'eu', '--budget-g-per-h', '100000', '--intensity', '0=300',
+      '--intensity', '6h=120', '--rise-min', '100', '--rise-max', '1000', '--min-price', '10'];
+    for (const [flag, bad, field] of [['intensity', '0=lots', 'intensity[0].g'], ['intensity', 'soon=3', 'intensity[0].in'],
+      ['rise-min', 'nan', 'rise-min'], ['max-price', '-5', 'max-price']]) {
+      const args = budget.slice();
+      if (flag === 'max-price') args.push('--max-price', bad); else args[args.indexOf('--' + flag) + 1] = bad;
+      cliRefuses(opFile, field, ...args);
+    }
+    const carbonPolicy = cli(opFile, ...budget).policy;
+    assert(Number.isInteger(carbonPolicy), 'carbon budget policy id');
+    cli(opFile, 'carbon', 'set-budget', String(carbonPolicy), '--budget-g-per-h', '50000');
+
     // --- Restart the server: the page says it is stale, then reconnects by itself.
     await stopServer();
     await op.waitForSelector('#live.stale', { timeout: WAIT });
@@ -188,6 +238,7 @@ async function main() {
     await startServer();
     await op.waitForSelector('#live.ok', { timeout: WAIT });
     assert.strictEqual(await op.locator('#heatmap button.node').count(), 16);
+    await op.waitForSelector(`${ctl}:has-text("target 3600 W")`, { timeout: WAIT });  // Journaled.
     assert.deepStrictEqual(pageErrors, [], 'errors in the page');
   } finally {
     await browser.close();

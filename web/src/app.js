@@ -199,12 +199,18 @@ function renderOperator(d) {
   fillSelect($('drain-target'), racks);
   if (!state.histVertex && d.types.length) { $('hist-vertex').value = d.types[0].type; loadHistory(d.types[0].type); }
 
-  $('rows').innerHTML = table([['Row'], ['Committed power', 1], ['Cap', 1], ['Of cap'], ['Floor in force', 1]], d.rows.map((r) => {
+  $('rows').innerHTML = table([['Row'], ['Committed power', 1], ['Cap', 1], ['Of cap'], ['Adaptive controller'], ['Floor in force', 1]], d.rows.map((r) => {
     const frac = r.cap_w ? r.committed_w / r.cap_w : (r.power_w ? r.committed_w / r.power_w : 0);
     const pct = Math.min(100, Math.round(frac * 100));
     const floor = r.floor_min === r.floor_max ? rate(r.floor_max) : `${rate(r.floor_min)} to ${rate(r.floor_max)}`;
+    // Each adaptive cap: its floor F, its target T and the staying power S it
+    // measured at its last step (docs/MECHANISM.md, "Adaptive power caps").
+    const ctl = (r.adaptive || []).map((a) =>
+      `<div class="ctl" data-testid="controller" data-policy="${a.policy}" title="policy ${a.policy}: cap ${watts(a.cap_w)}, hold band down to ${watts(a.low_w)}, next step ${clock(a.next_step)}">` +
+      `floor <b>${esc(rate(a.floor))}</b><br>target ${watts(a.target_w)}<br>staying ${watts(a.staying_w)}</div>`).join('');
     return [esc(r.path), `${watts(r.committed_w)} of ${watts(r.power_w)}`, r.cap_w ? watts(r.cap_w) : 'no cap',
-      `<div class="bar${frac > 0.9 ? ' hot' : ''}" role="img" aria-label="${pct} % of ${r.cap_w ? 'cap' : 'installed power'}"><span style="width:${pct}%"></span></div> ${pct} %`, esc(floor)];
+      `<div class="bar${frac > 0.9 ? ' hot' : ''}" role="img" aria-label="${pct} % of ${r.cap_w ? 'cap' : 'installed power'}"><span style="width:${pct}%"></span></div> ${pct} %`,
+      ctl || '<span class="muted">none</span>', esc(floor)];
   }));
 }
 function fillSelect(sel, values) {

@@ -123,7 +123,6 @@ class Dashboard {
 
  private:
   void Record();
-  Result<std::vector<std::pair<LocationId, int64_t>>> PowerCaps();
 
   Server* s_;
   std::shared_ptr<Subscription> sub_;
@@ -138,11 +137,6 @@ class Dashboard {
   std::mutex streams_mu_;
   std::unordered_map<uint64_t, int> streams_;
   int streams_total_ = 0;
-
-  std::mutex caps_mu_;
-  uint64_t caps_seq_ = 0;  // Journal scanned up to here.
-  uint32_t next_policy_ = 0;
-  std::map<uint32_t, std::pair<LocationId, int64_t>> caps_;  // Live power caps by policy id: (row, W).
 };
 
 // Keeps the price history: every price change the market reports, per vertex.
@@ -163,40 +157,45 @@ void Dashboard::Record() {
   }
 }
 
-// The power caps in force, read from the journal (the engine keeps policies
-// private). Policy ids are assigned in order from 0 and only applied
-// operations are journaled, so counting add_policy records gives each id and
-// remove_policy records retire them. Scanned incrementally. A row with several
-// caps reports the smallest.
-Result<std::vector<std::pair<LocationId, int64_t>>> Dashboard::PowerCaps() {
-  std::lock_guard lock(caps_mu_);
-  uint64_t last = caps_seq_;
-  LZ_RETURN_IF_ERROR(s_->store().ReadJournal(caps_seq_, [&](const JournalRecord& r) -> Status {
-    last = std::max(last, r.seq);
-    if (r.line.find("policy") == std::string::npos) return Status::Ok();
-    auto op = DecodeJournalLine(r.line);
-    if (!op.ok()) return Status::Ok();
-    if (auto* add = std::get_if<market::OpAddPolicy>(&op->body)) {
-      uint32_t id = next_policy_++;
-      if (auto* cap = std::get_if<market::PowerCapSpec>(&add->spec)) caps_[id] = {cap->row, cap->cap_w};
-    } else if (auto* rm = std::get_if<market::OpRemovePolicy>(&op->body)) {
-      caps_.erase(rm->policy.value);
+// The power caps in force on each row, read from the engine (policy ids run
+// from 0): the smallest cap of a row's staircases and adaptive caps, and each
+// adaptive cap's controller (floor F, target T, hold band bottom L, the staying
+// power S it measured at its last step, its next step).
+struct RowCaps {
+  int64_t cap_w = 0;  // 0: no cap.
+  json adaptive = json::array();
+};
+std::map<uint32_t, RowCaps> PowerCaps(const market::MarketEngine& e) {
+  std::map<uint32_t, RowCaps> out;
+  for (uint32_t id = 0; id < e.policy_count(); ++id) {
+    auto pv = e.GetPolicy(PolicyId(id));
+    if (!pv.ok() || !pv->alive) continue;
+    LocationId row;
+    int64_t cap = 0;
+    if (const auto* pc = std::get_if<market::PowerCapSpec>(&pv->spec)) {
+      row = pc->row;
+      cap = pc->cap_w;
+    } else if (const auto* ac = std::get_if<market::AdaptivePowerCapSpec>(&pv->spec)) {
+      row = ac->row;
+      cap = ac->cap_w;
+      auto th = market::AdaptiveThresholdsOf(*ac);
+      out[row.value].adaptive.push_back(json{{"policy", id},
+                                             {"cap_w", ac->cap_w},
+                                             {"target_w", th.target},
+                                             {"low_w", th.low},
+                                             {"floor", PriceJson(pv->floor)},
+                                             {"staying_w", pv->staying_w},
+                                             {"next_step", pv->next_step}});
+    } else {
+      continue;
     }
-    return Status::Ok();
-  }));
-  caps_seq_ = last;
-  std::map<uint32_t, int64_t> by_row;
-  for (const auto& [id, cap] : caps_) {
-    auto [it, fresh] = by_row.emplace(cap.first.value, cap.second);
-    if (!fresh) it->second = std::min(it->second, cap.second);
+    RowCaps& rc = out[row.value];
+    rc.cap_w = rc.cap_w == 0 ? cap : std::min(rc.cap_w, cap);
   }
-  std::vector<std::pair<LocationId, int64_t>> out;
-  for (const auto& [row, cap] : by_row) out.emplace_back(LocationId(row), cap);
   return out;
 }
 
 Result<json> Dashboard::OperatorOverview() {
-  LZ_ASSIGN_OR_RETURN(auto caps, PowerCaps());
   return s_->core().Execute<json>("dashboard", [&](WriterContext& w) -> Result<json> {
     const auto& e = w.engine();
     const auto& t = e.topology();
@@ -289,18 +288,20 @@ Result<json> Dashboard::OperatorOverview() {
       }
       types.push_back(std::move(tj));
     }
-    std::map<std::string, int64_t> cap_by_path;
-    for (const auto& [loc, cap] : caps) {
-      auto it = row_path_by_id.find(loc.value);
-      if (it != row_path_by_id.end()) cap_by_path[it->second] = cap;
+    std::map<std::string, RowCaps> caps_by_path;
+    for (auto& [loc, caps] : PowerCaps(e)) {
+      auto it = row_path_by_id.find(loc);
+      if (it != row_path_by_id.end()) caps_by_path[it->second] = std::move(caps);
     }
     json jrows = json::array();
     for (const auto& [path, a] : rows) {
       json r{{"path", path}, {"nodes", a.nodes}, {"power_w", a.total_w}, {"committed_w", a.committed_w},
              {"floor_min", a.floor_min >= kInfPrice ? json(nullptr) : json(a.floor_min)},
              {"floor_max", PriceJson(a.floor_max)}};
-      auto it = cap_by_path.find(path);
-      r["cap_w"] = it == cap_by_path.end() ? json(nullptr) : json(it->second);
+      auto it = caps_by_path.find(path);
+      bool capped = it != caps_by_path.end();
+      r["cap_w"] = capped ? json(it->second.cap_w) : json(nullptr);
+      r["adaptive"] = capped ? it->second.adaptive : json::array();
       jrows.push_back(std::move(r));
     }
     uint32_t live = n_free + n_held + n_contested + n_reserved;
