@@ -574,7 +574,7 @@ Result<ExplainOutput> Explain(std::string_view log, bool padded, const ExplainQu
   };
 
   Json doc;
-  doc["v"] = kFormatVersion;
+  doc["v"] = 1;  // This document's format did not change in version 2.
   doc["view"] = viewer.valid() ? Json{{"tenant", viewer.value}, {"name", b.Who(viewer)}} : Json("operator");
   doc["up_to"] = eng.now();
   doc["up_to_text"] = FormatTime(eng.now());

@@ -25,7 +25,7 @@ enum Key : uint8_t {
   kName, kType, kRegion, kZone, kRow, kRack, kGpus, kMemoryGb, kPowerW, kGrace, kHysteresisPpm, kTick,
   kClipAlphaPpm, kClipInterval, kDecayBeta, kMinHold, kKind, kLocation, kCapW, kSteps, kPricePerTonne,
   kSeries, kStart, kEnd, kMarginPpm, kBandPpm, kInterval, kRisePpm, kRiseMin, kRiseMax, kFallStep, kMinFloor,
-  kMaxFloor, kCap, kBudgetGPerH, kMinPrice, kMaxPrice, kNumKeys
+  kMaxFloor, kCap, kBudgetGPerH, kMinPrice, kMaxPrice, kKey, kNumKeys
 };
 static_assert(kNumKeys <= 64);
 
@@ -35,13 +35,14 @@ constexpr std::string_view kKeyNames[kNumKeys] = {
     "cancel_reason", "name", "type", "region", "zone", "row", "rack", "gpus", "memory_gb", "power_w", "grace",
     "hysteresis_ppm", "tick", "clip_alpha_ppm", "clip_interval", "decay_beta", "min_hold", "kind", "location",
     "cap_w", "steps", "price_per_tonne", "series", "start", "end", "margin_ppm", "band_ppm", "interval", "rise_ppm",
-    "rise_min", "rise_max", "fall_step", "min_floor", "max_floor", "cap", "budget_g_per_h", "min_price", "max_price"};
+    "rise_min", "rise_max", "fall_step", "min_floor", "max_floor", "cap", "budget_g_per_h", "min_price", "max_price",
+    "key"};
 
 // Keys whose value is text rather than a number.
 constexpr uint64_t Bit(Key k) { return uint64_t{1} << k; }
 constexpr uint64_t kStringKeys = Bit(kOp) | Bit(kEvent) | Bit(kLocality) | Bit(kReasons) | Bit(kCancelReason) |
                                  Bit(kName) | Bit(kType) | Bit(kRegion) | Bit(kZone) | Bit(kRow) | Bit(kRack) |
-                                 Bit(kKind);
+                                 Bit(kKind) | Bit(kKey);
 constexpr uint64_t kPairKeys = Bit(kSteps) | Bit(kSeries);
 // The controller parameters of an adaptive power cap (besides location and
 // cap_w) and of an adaptive carbon budget (besides location, budget and series).
@@ -532,7 +533,7 @@ class Reader {
   const DecodeOptions& options_;
 };
 
-constexpr uint64_t kCommonOp = Bit(kV) | Bit(kT) | Bit(kOp);
+constexpr uint64_t kCommonOp = Bit(kV) | Bit(kT) | Bit(kOp) | Bit(kKey);
 
 struct OpKind {
   std::string_view name;
@@ -675,6 +676,11 @@ Status BuildOperation(const Reader& r, LogRecord* rec) {
   if (r.has(kId)) {
     if (f.slot[kId].kind != Slot::kNumber) return Bad(kId, "must be a numeric id");
     rec->created_id = f.slot[kId].num;
+  }
+  if (r.has(kKey)) {
+    if (f.slot[kV].num < 2) return Bad(kKey, "needs format version 2 (the line says \"v\":1)");
+    LZ_RETURN_IF_ERROR(CheckIdempotencyKey(f.slot[kKey].text, "key"));
+    rec->idempotency_key = std::string(f.slot[kKey].text);
   }
   switch (index) {
     case 0: op.body = market::OpAdvance{}; break;
@@ -892,8 +898,13 @@ std::string_view PolicyKindName(const market::PolicySpec& spec) {
 }
 
 void AppendOperation(const Operation& op, uint64_t created_id, std::string* out) {
+  AppendOperation(op, created_id, {}, out);
+}
+
+void AppendOperation(const Operation& op, uint64_t created_id, std::string_view key, std::string* out) {
   Writer w(out);
-  out->append("{\"v\":1,\"t\":");
+  // Version 1 unless the line carries a key (docs/OPLOG.md, "Version").
+  out->append(key.empty() ? "{\"v\":1,\"t\":" : "{\"v\":2,\"t\":");
   w.Int(op.time);
   out->append(",\"op\":\"");
   out->append(market::OpName(op.body));
@@ -902,11 +913,34 @@ void AppendOperation(const Operation& op, uint64_t created_id, std::string* out)
     w.K(kId);
     w.UInt(created_id);
   }
+  if (!key.empty()) {
+    // A valid key (CheckIdempotencyKey) needs no escaping.
+    out->append(",\"key\":\"");
+    out->append(key);
+    out->push_back('"');
+  }
   std::visit(OpEncoder{w}, op.body);
   out->push_back('}');
 }
 
 std::string EncodeOperation(const Operation& op) { return EncodeOperation(op, kNoId); }
+
+Status CheckIdempotencyKey(std::string_view key, std::string_view field) {
+  if (key.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
+  if (key.size() > kMaxIdempotencyKey) {
+    return InvalidArgument(std::string(field) + ": at most " + std::to_string(kMaxIdempotencyKey) +
+                           " characters (got " + std::to_string(key.size()) + ")");
+  }
+  for (char c : key) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == '.' || c == ':';
+    if (!ok) {
+      return InvalidArgument(std::string(field) + ": only letters, digits and - _ . : are allowed (got \"" +
+                             Quoted(key) + "\")");
+    }
+  }
+  return Status::Ok();
+}
 
 std::string EncodeOperation(const Operation& op, uint64_t created_id) {
   std::string s;
@@ -999,8 +1033,8 @@ struct Decoder::Impl {
     if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) return InvalidArgument("line: unexpected text after the JSON object");
     if (!(fields.present & Bit(kV))) return Bad(kV, "is required (the format version, 1)");
     const Slot& v = fields.slot[kV];
-    if (v.kind != Slot::kNumber || v.num != static_cast<uint64_t>(kFormatVersion)) {
-      return Bad(kV, "unsupported format version " + Quoted(v.text) + " (this build reads 1)");
+    if (v.kind != Slot::kNumber || v.num < 1 || v.num > static_cast<uint64_t>(kFormatVersion)) {
+      return Bad(kV, "unsupported format version " + Quoted(v.text) + " (this build reads 1 and 2)");
     }
     if (!(fields.present & Bit(kT))) return Bad(kT, "is required (engine time in microseconds)");
     return Status::Ok();

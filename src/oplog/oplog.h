@@ -27,7 +27,15 @@
 
 namespace laissez::oplog {
 
-inline constexpr int kFormatVersion = 1;
+// The newest version this build reads and writes. Version 2 adds the optional
+// "key" (an idempotency key) to operation lines; every other line is written
+// as version 1, so a version-1 reader reads all of them but those.
+inline constexpr int kFormatVersion = 2;
+
+// An idempotency key: 1 to 64 of letters, digits and - _ . : (so it never
+// needs escaping). INVALID_ARGUMENT naming `field` otherwise.
+inline constexpr size_t kMaxIdempotencyKey = 64;
+Status CheckIdempotencyKey(std::string_view key, std::string_view field);
 
 // No id was created (or none is recorded).
 inline constexpr uint64_t kNoId = UINT64_MAX;
@@ -46,6 +54,8 @@ struct DecodeOptions {
 struct LogRecord {
   market::Operation op;
   uint64_t created_id = kNoId;
+  // The client's idempotency key ("key", version 2 only); empty if none.
+  std::string idempotency_key;
 };
 
 // One operation as one JSON line (no trailing newline), e.g.
@@ -55,6 +65,8 @@ std::string EncodeOperation(const market::Operation& op);
 std::string EncodeOperation(const market::Operation& op, uint64_t created_id);
 // Appends the encoding (no newline) to `*out`; the allocation-free form.
 void AppendOperation(const market::Operation& op, uint64_t created_id, std::string* out);
+// With an idempotency key (written as version 2 when `key` is not empty).
+void AppendOperation(const market::Operation& op, uint64_t created_id, std::string_view key, std::string* out);
 
 // Parses one line. Errors are INVALID_ARGUMENT naming the field and the reason
 // ("price: must not be negative (got -5)").

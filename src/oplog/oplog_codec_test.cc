@@ -122,6 +122,26 @@ TEST(OplogCodec, ExampleLineIsDocumented) {
   EXPECT_EQ(plain->created_id, kNoId);
 }
 
+// Version 2: an operation line may carry the client's idempotency key; lines
+// without one are still written, and read, as version 1.
+TEST(OplogCodec, IdempotencyKeyRoundTripsAsVersion2) {
+  market::Operation op{7, market::OpDeposit{TenantId(3), 250}};
+  std::string plain, keyed;
+  AppendOperation(op, kNoId, &plain);
+  AppendOperation(op, kNoId, "dep-1:a_b.c", &keyed);
+  EXPECT_EQ(plain.rfind(R"({"v":1,)", 0), 0u) << plain;
+  EXPECT_EQ(keyed, R"({"v":2,"t":7,"op":"deposit","key":"dep-1:a_b.c","tenant":3,"amount":250})");
+  auto r = DecodeRecord(keyed);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->idempotency_key, "dep-1:a_b.c");
+  EXPECT_EQ(EncodeOperation(r->op), plain);
+  auto old = DecodeRecord(plain);
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->idempotency_key.empty());
+  EXPECT_FALSE(CheckIdempotencyKey(std::string(kMaxIdempotencyKey + 1, 'a'), "idempotency_key").ok());
+  EXPECT_TRUE(CheckIdempotencyKey(std::string(kMaxIdempotencyKey, 'a'), "idempotency_key").ok());
+}
+
 TEST(OplogCodec, KeysInAnyOrderWhitespaceAndNewline) {
   auto r = DecodeOperation("  { \"price\" : 5 , \"op\":\"update_order\",\"order\":2,\"tenant\":1,\"t\":10,\"v\":1 }\r\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -266,7 +286,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"[1,2]", "line", "expected an object"},
         BadLine{R"({"v":1,"t":5,"op":"advance"} trailing)", "line", ""},
         BadLine{R"({"t":5,"op":"advance"})", "v", "required"},
-        BadLine{R"({"v":2,"t":5,"op":"advance"})", "v", "unsupported format version 2"},
+        BadLine{R"({"v":3,"t":5,"op":"advance"})", "v", "unsupported format version 3"},
+        BadLine{R"({"v":0,"t":5,"op":"advance"})", "v", "unsupported format version 0"},
+        BadLine{R"({"v":1,"t":5,"op":"deposit","tenant":0,"amount":1,"key":"k1"})", "key", "needs format version 2"},
+        BadLine{R"({"v":2,"t":5,"op":"deposit","tenant":0,"amount":1,"key":""})", "key", "must not be empty"},
+        BadLine{R"({"v":2,"t":5,"op":"deposit","tenant":0,"amount":1,"key":"a b"})", "key", "only letters"},
+        BadLine{R"({"v":2,"t":5,"op":"deposit","tenant":0,"amount":1,"key":7})", "key", "must be a string"},
         BadLine{R"({"v":1,"op":"advance"})", "t", "required"},
         BadLine{R"({"v":1,"t":-5,"op":"advance"})", "t", "negative"},
         BadLine{R"({"v":1,"t":1.5,"op":"advance"})", "t", "whole number"},

@@ -146,7 +146,7 @@ Json PriceJson(int64_t p) { return p == kInfPrice ? Json("inf") : Json(p); }
 std::string StateJson(const MarketEngine& engine, const ReplayStats& stats) {
   const topology::Topology& topo = engine.topology();
   Json doc;
-  doc["v"] = kFormatVersion;
+  doc["v"] = 1;  // This document's format did not change in version 2.
   doc["now"] = engine.now();
   doc["operations"] = stats.operations;
   doc["rejected"] = stats.rejected;
