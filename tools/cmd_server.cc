@@ -23,6 +23,7 @@
 #include <ctime>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/money.h"
@@ -220,6 +221,8 @@ class Client {
     Dial();
     return true;
   }
+  // After a call or stream that worked: the failover budget starts again.
+  void Succeeded() { first_failure_ = {}; }
   const std::string& address() const { return endpoints_.current(); }
   std::unique_ptr<grpc::ClientContext> Ctx(int timeout_s = 30) const {
     auto c = std::make_unique<grpc::ClientContext>();
@@ -254,7 +257,7 @@ class Client {
 template <typename Resp>
 int RunCall(const ClientFlags& f, const std::function<Status()>& prepare,
             const std::function<grpc::Status(Client&, Resp*)>& call,
-            const std::function<void(const Resp&)>& human = nullptr) {
+            const std::function<void(const Resp&)>& human = nullptr, bool idempotent = false) {
   if (prepare) {
     Status st = prepare();
     if (!st.ok()) return Fail(f.json, st);
@@ -264,7 +267,7 @@ int RunCall(const ClientFlags& f, const std::function<Status()>& prepare,
   if (!st.ok()) return Fail(f.json, st);
   Resp resp;
   grpc::Status g = call(c, &resp);
-  while (!g.ok() && c.Failover(g, /*idempotent=*/false)) {
+  while (!g.ok() && c.Failover(g, idempotent)) {
     resp.Clear();
     g = call(c, &resp);
   }
@@ -453,7 +456,13 @@ int RunServe(server::ServerOptions o) {
 // watch: events as they come. With --json, one JSON array, closed at the end.
 
 int RunWatch(const ClientFlags& f, const std::vector<std::string>& vertices, bool operator_view, int count,
-             double seconds) {
+             double seconds, const std::string& after_flag) {
+  std::optional<server::WatchPosition> after;
+  if (!after_flag.empty()) {
+    auto p = server::ParseWatchPosition(after_flag, "after");
+    if (!p.ok()) return Fail(f.json, p.status());
+    after = *p;
+  }
   Client c(f);
   Status st = c.Open();
   if (!st.ok()) return Fail(f.json, st);
@@ -461,44 +470,57 @@ int RunWatch(const ClientFlags& f, const std::vector<std::string>& vertices, boo
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  auto ctx = c.Ctx(0);
-  if (seconds > 0) {
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
-  }
-  pb::WatchRequest q;
-  for (const auto& v : vertices) q.add_vertices(v);
-  auto reader = operator_view ? c.op->Watch(ctx.get(), q) : c.tenant->Watch(ctx.get(), q);
-  grpc::ClientContext* raw = ctx.get();
-  std::atomic<bool> done{false};
-  std::thread stopper([&] {
-    while (!done && !g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    raw->TryCancel();
-  });
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   if (f.json) std::cout << "[";
   int n = 0;
-  pb::Event e;
-  while ((count <= 0 || n < count) && reader->Read(&e)) {
-    if (f.json) {
-      std::cout << (n ? ",\n" : "\n") << ToJson(e).dump() << std::flush;
-    } else {
-      std::string line = FormatTime(e.time()) + "  " + e.type();
-      if (!e.node().empty()) line += "  node=" + e.node();
-      if (!e.vertex().empty() && e.node().empty()) line += "  vertex=" + e.vertex();
-      if (e.has_order()) line += "  order=" + std::to_string(e.order());
-      if (e.price()) line += "  price=" + FormatMoney(e.price());
-      if (e.amount()) line += "  amount=" + FormatMoney(e.amount());
-      if (e.deadline()) line += "  deadline=" + FormatTime(e.deadline());
-      if (!e.reasons().empty()) line += "  reasons=" + e.reasons();
-      if (!e.tenant().empty()) line += "  tenant=" + e.tenant();
-      if (!e.other().empty()) line += "  from=" + e.other();
-      std::cout << line << std::endl;
+  grpc::Status g;
+  // One stream per replica: when its replica goes (UNAVAILABLE), the next
+  // stream resumes after the last event printed, on the leader or the next
+  // endpoint, so no event is lost or printed twice.
+  for (;;) {
+    auto ctx = c.Ctx(0);
+    if (seconds > 0) ctx->set_deadline(deadline);
+    pb::WatchRequest q = server::MakeWatchRequest(vertices, after);
+    auto reader = operator_view ? c.op->Watch(ctx.get(), q) : c.tenant->Watch(ctx.get(), q);
+    grpc::ClientContext* raw = ctx.get();
+    std::atomic<bool> done{false};
+    std::thread stopper([&] {
+      while (!done && !g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      raw->TryCancel();
+    });
+    reader->WaitForInitialMetadata();
+    if (auto start = server::StreamStart(*ctx)) {
+      c.Succeeded();  // The stream is live: the failover budget starts again.
+      if (!after) after = start;
     }
-    ++n;
+    pb::Event e;
+    while ((count <= 0 || n < count) && reader->Read(&e)) {
+      after = server::WatchPosition{e.seq(), e.index()};
+      if (f.json) {
+        std::cout << (n ? ",\n" : "\n") << ToJson(e).dump() << std::flush;
+      } else {
+        std::string line = FormatTime(e.time()) + "  " + e.type();
+        if (!e.node().empty()) line += "  node=" + e.node();
+        if (!e.vertex().empty() && e.node().empty()) line += "  vertex=" + e.vertex();
+        if (e.has_order()) line += "  order=" + std::to_string(e.order());
+        if (e.price()) line += "  price=" + FormatMoney(e.price());
+        if (e.amount()) line += "  amount=" + FormatMoney(e.amount());
+        if (e.deadline()) line += "  deadline=" + FormatTime(e.deadline());
+        if (!e.reasons().empty()) line += "  reasons=" + e.reasons();
+        if (!e.tenant().empty()) line += "  tenant=" + e.tenant();
+        if (!e.other().empty()) line += "  from=" + e.other();
+        std::cout << line << std::endl;
+      }
+      ++n;
+    }
+    bool finished = count > 0 && n >= count;
+    done = true;
+    if (finished) raw->TryCancel();
+    g = reader->Finish();
+    stopper.join();
+    if (finished || g_stop || g.ok() || !c.Failover(g, /*idempotent=*/true)) break;
   }
-  done = true;
-  raw->TryCancel();
-  grpc::Status g = reader->Finish();
-  stopper.join();
   if (f.json) std::cout << "\n]\n";
   bool normal = g.ok() || g.error_code() == grpc::StatusCode::CANCELLED ||
                 g.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
@@ -570,13 +592,13 @@ int RunBenchServer(const BenchFlags& b) {
     pb::PlaceOrderRequest pq;
     pq.set_scope(tag);
     pq.set_price(10 * kMicroUnits);
+    pq.set_idempotency_key(server::NewIdempotencyKey());  // Retried with it: placed once.
     pb::PlaceOrderResponse pr;
-    auto ctx = admin.Ctx();
     do {
       grpc::ClientContext tctx;
       tctx.AddMetadata("authorization", "Bearer " + r.token());
       g = admin.tenant->PlaceOrder(&tctx, pq, &pr);
-    } while (!g.ok() && admin.Failover(g, false));
+    } while (!g.ok() && admin.Failover(g, /*idempotent=*/true));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: place order: " + g.error_message());
     workers[static_cast<size_t>(i)].order = pr.order();
   }
@@ -779,9 +801,12 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
   {
     auto* cmd = app.add_subcommand("bid", "Place an order (a bid) for a node, any node below a vertex, or a gang");
     static ClientFlags f;
-    static std::string scope, price, locality = "any", rel_to;
+    static std::string scope, price, locality = "any", rel_to, key;
     static uint32_t count = 1;
     AddClientFlags(cmd, &f);
+    cmd->add_option("--idempotency-key", key,
+                    "An idempotency key for this call (default: a fresh one; every retry after UNAVAILABLE uses it). "
+        "Give the key of an earlier call whose outcome you do not know to get its result without applying it twice");
     cmd->add_option("--scope", scope, "Vertex: TYPE, TYPE/region/zone/row/rack, or a node name")->required();
     cmd->add_option("--price", price, "Limit price per node per hour, in units (e.g. 12.5)")->required();
     cmd->add_option("--count", count, "Nodes (> 1: all-or-nothing gang)");
@@ -800,9 +825,12 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
             q.set_count(count);
             q.set_locality(l);
             q.set_rel_to(rel_to);
+            // Retried with the same key on any UNAVAILABLE: placed once.
+            q.set_idempotency_key(key.empty() ? server::NewIdempotencyKey() : key);
             return Status::Ok();
           },
-          [&](Client& c, pb::PlaceOrderResponse* r) { return c.tenant->PlaceOrder(c.Ctx().get(), q, r); });
+          [&](Client& c, pb::PlaceOrderResponse* r) { return c.tenant->PlaceOrder(c.Ctx().get(), q, r); }, nullptr,
+          /*idempotent=*/true);
     });
   }
   {
@@ -906,18 +934,26 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     });
   }
   {
-    auto* cmd = app.add_subcommand("watch", "Stream prices at vertices and your own events (Ctrl-C to stop)");
+    auto* cmd = app.add_subcommand(
+        "watch",
+        "Stream prices at vertices and your own events (Ctrl-C to stop). With several --server "
+        "replicas, a stream whose replica goes resumes on another, after the last event printed "
+        "(each event's position is `seq` and `index` in --json)");
     static ClientFlags f;
     static std::vector<std::string> vertices;
     static bool all = false;
     static int count = 0;
     static double seconds = 0;
+    static std::string after;
     AddClientFlags(cmd, &f);
+    cmd->add_option("--after", after,
+                    "Resume after this event position, SEQ.INDEX (an event's seq and index from --json); "
+                    "OUT_OF_RANGE if the server no longer keeps the events after it");
     cmd->add_option("--vertex", vertices, "Vertices whose price changes to stream (repeatable)");
     cmd->add_flag("--operator", all, "Every market event, operator view (operator or admin token)");
     cmd->add_option("--count", count, "Stop after this many events");
     cmd->add_option("--seconds", seconds, "Stop after this long");
-    cmd->callback([exit_code] { *exit_code = RunWatch(f, vertices, all, count, seconds); });
+    cmd->callback([exit_code] { *exit_code = RunWatch(f, vertices, all, count, seconds, after); });
   }
   {
     auto* cmd = app.add_subcommand("balance", "Your balance, rates and totals paid");
@@ -1415,10 +1451,13 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     {
       auto* cmd = tenant->add_subcommand("deposit", "Add money to a tenant's balance");
       static ClientFlags f;
-      static std::string name, amount;
+      static std::string name, amount, key;
       AddClientFlags(cmd, &f);
       cmd->add_option("name", name, "Tenant name")->required();
       cmd->add_option("--amount", amount, "Amount, in units")->required();
+      cmd->add_option("--idempotency-key", key,
+                      "An idempotency key for this call (default: a fresh one; every retry after UNAVAILABLE uses it). "
+        "Give the key of an earlier call whose outcome you do not know to get its result without applying it twice");
       cmd->callback([exit_code] {
         pb::DepositRequest q;
         *exit_code = RunCall<pb::DepositResponse>(
@@ -1428,9 +1467,11 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               LZ_RETURN_IF_ERROR(ParsePriceFlag(amount, "amount", &a));
               q.set_tenant(name);
               q.set_amount(a);
+              q.set_idempotency_key(key.empty() ? server::NewIdempotencyKey() : key);
               return Status::Ok();
             },
-            [&](Client& c, pb::DepositResponse* r) { return c.admin->Deposit(c.Ctx().get(), q, r); });
+            [&](Client& c, pb::DepositResponse* r) { return c.admin->Deposit(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
   }

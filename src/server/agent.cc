@@ -139,13 +139,23 @@ Result<AgentReport> RunAgent(const AgentOptions& o, const std::atomic<bool>* sto
     }
     std::vector<market::Event> events;
     Status st = stream->Poll(&events, 100);
-    if (!st.ok() && st.code() == StatusCode::kUnavailable && std::chrono::steady_clock::now() < failover_until) {
-      // A replica went away: watch on another one (the leader), then re-read
-      // everything, since events of the gap are not replayed.
-      client->Failover(st.message());
-      auto again = client->Watch({o.node_type});
-      if (again.ok()) stream = std::move(*again);
-      adapter.MarkDirty();
+    // Events received before the stream ended count too.
+    if (!events.empty()) adapter.OnEvents(events);
+    if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kOutOfRange) &&
+        std::chrono::steady_clock::now() < failover_until) {
+      if (st.code() == StatusCode::kUnavailable) {
+        // A replica went away: watch on another one (the leader), resuming
+        // after the last event seen, so no event is lost or repeated.
+        client->Failover(st.message());
+        auto again = client->Watch({o.node_type}, stream->position());
+        if (again.ok()) stream = std::move(*again);
+      } else {
+        // That replica no longer has the events of the gap: watch from now
+        // and re-read everything.
+        auto again = client->Watch({o.node_type});
+        if (again.ok()) stream = std::move(*again);
+        adapter.MarkDirty();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
@@ -156,7 +166,6 @@ Result<AgentReport> RunAgent(const AgentOptions& o, const std::atomic<bool>* sto
     failover_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFailoverBudgetMs);
     bool prices = false;
     for (const auto& e : events) prices |= e.type == market::EventType::kPriceChanged;
-    if (!events.empty()) adapter.OnEvents(events);
     if (prices) adapter.MarkDirty();
     const bool running = adapter.held_count() >= o.count;
     if (running && running_since < 0) running_since = client->Now();

@@ -2,8 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -116,6 +119,39 @@ bool Retryable(int code, const std::string& m, bool idempotent) {
   return false;
 }
 
+pb::WatchRequest MakeWatchRequest(const std::vector<std::string>& vertices,
+                                  const std::optional<WatchPosition>& after) {
+  pb::WatchRequest q;
+  for (const auto& v : vertices) q.add_vertices(v);
+  if (after) {
+    q.set_resume(true);
+    q.set_after_seq(after->seq);
+    q.set_after_index(after->index);
+  }
+  return q;
+}
+
+std::optional<WatchPosition> StreamStart(const grpc::ClientContext& ctx) {
+  const auto& md = ctx.GetServerInitialMetadata();
+  auto it = md.find("laissez-position");
+  if (it == md.end()) return std::nullopt;
+  auto p = ParseWatchPosition(std::string_view(it->second.data(), it->second.size()), "laissez-position");
+  if (!p.ok()) return std::nullopt;
+  return *p;
+}
+
+std::string NewIdempotencyKey() {
+  static thread_local std::mt19937_64 rng([] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }());
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "k-%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
 Result<std::string> ReadTokenFile(const std::string& path, std::string_view field) {
   if (path.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
   std::ifstream in(path);
@@ -198,9 +234,33 @@ struct GrpcMarketClient::EventStream::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<market::Event> queue;
+  WatchPosition position;
   bool done = false;
   Status end;
 };
+
+WatchPosition GrpcMarketClient::EventStream::position() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->position;
+}
+
+Result<WatchPosition> ParseWatchPosition(std::string_view text, std::string_view field) {
+  auto bad = [&] {
+    return InvalidArgument(std::string(field) + ": must be SEQ.INDEX, two whole numbers (got \"" + std::string(text) +
+                           "\")");
+  };
+  size_t dot = text.find('.');
+  if (dot == std::string_view::npos) return bad();
+  WatchPosition p;
+  auto seq = text.substr(0, dot), index = text.substr(dot + 1);
+  auto r1 = std::from_chars(seq.data(), seq.data() + seq.size(), p.seq);
+  auto r2 = std::from_chars(index.data(), index.data() + index.size(), p.index);
+  if (seq.empty() || index.empty() || r1.ec != std::errc() || r1.ptr != seq.data() + seq.size() ||
+      r2.ec != std::errc() || r2.ptr != index.data() + index.size()) {
+    return bad();
+  }
+  return p;
+}
 
 GrpcMarketClient::EventStream::~EventStream() {
   if (impl_) {
@@ -310,9 +370,12 @@ Result<OrderId> GrpcMarketClient::PlaceOrder(const market::OrderSpec& spec) {
     LZ_ASSIGN_OR_RETURN(std::string rel, NodeName(spec.rel_to));
     q.set_rel_to(rel);
   }
+  // One key for this call and all its retries: an order whose leader died
+  // while committing it is placed once, whatever the failover.
+  q.set_idempotency_key(NewIdempotencyKey());
   pb::PlaceOrderResponse r;
   LZ_RETURN_IF_ERROR(
-      impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->PlaceOrder(ctx, q, &r); }, false));
+      impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->PlaceOrder(ctx, q, &r); }, true));
   return OrderId(r.order());
 }
 
@@ -466,22 +529,23 @@ void GrpcMarketClient::Failover(const std::string& error) {
 }
 
 Result<std::unique_ptr<GrpcMarketClient::EventStream>> GrpcMarketClient::Watch(
-    const std::vector<std::string>& vertices) {
+    const std::vector<std::string>& vertices, std::optional<WatchPosition> after) {
   auto s = std::unique_ptr<EventStream>(new EventStream());
   s->impl_ = std::make_unique<EventStream::Impl>();
   auto* impl = s->impl_.get();
   impl->ctx.AddMetadata("authorization", "Bearer " + impl_->options.token);
-  pb::WatchRequest q;
-  for (const auto& v : vertices) q.add_vertices(v);
-  impl->reader = impl_->stub->Watch(&impl->ctx, q);
+  if (after) impl->position = *after;
+  impl->reader = impl_->stub->Watch(&impl->ctx, MakeWatchRequest(vertices, after));
   // The server sends its initial metadata once the subscription is live; an
   // error status ends the stream first.
   impl->reader->WaitForInitialMetadata();
+  if (auto start = StreamStart(impl->ctx); start && !after) impl->position = *start;
   EventStream* raw = s.get();
   impl->thread = std::thread([impl, raw] {
     pb::Event e;
     while (impl->reader->Read(&e)) {
       std::lock_guard lock(impl->mu);
+      impl->position = WatchPosition{e.seq(), e.index()};
       impl->queue.push_back(ToEvent(e));
       impl->cv.notify_all();
     }

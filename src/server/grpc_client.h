@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -26,6 +27,10 @@
 
 namespace grpc {
 class Channel;
+class ClientContext;
+}  // namespace grpc
+namespace laissez::v1 {
+class WatchRequest;
 }
 
 namespace laissez::server {
@@ -48,17 +53,38 @@ class Endpoints {
 };
 
 // Whether a call that failed with (`code`, `message`) may be sent again to
-// another endpoint. Any UNAVAILABLE if the call is `idempotent` (reads, and
-// updates that set a value: UpdateOrder, SetLimit); otherwise only an
-// UNAVAILABLE that proves the call was not applied: a follower refused it, it
-// never reached a server, or the server had stopped before taking it. A
-// leader that died while committing gives an ambiguous error, which is
-// returned to the caller.
+// another endpoint. Any UNAVAILABLE if the call is `idempotent`: reads,
+// updates that set a value (UpdateOrder, SetLimit), and calls that carry an
+// idempotency key (PlaceOrder, Deposit with `idempotency_key`: a repeat of a
+// committed key is not applied again). Otherwise only an UNAVAILABLE that
+// proves the call was not applied: a follower refused it, it never reached a
+// server, or the server had stopped before taking it; a leader that died
+// while committing gives an ambiguous error, which is returned to the caller.
 bool Retryable(int code, const std::string& message, bool idempotent);
+
+// A fresh idempotency key for one logical call ("k-" and 32 hex digits);
+// send every retry of that call with the same key.
+std::string NewIdempotencyKey();
 
 // How long clients keep failing over before they give up (a new leader is
 // normally elected within the lease TTL, 2 s by default).
 inline constexpr int kFailoverBudgetMs = 15000;
+
+// A watch stream's position: the last event received (Event.seq, .index), or
+// where the stream started. Resuming after it (WatchRequest.resume) loses and
+// repeats nothing (docs/HA.md, "Resumable watches").
+struct WatchPosition {
+  uint64_t seq = 0;
+  uint32_t index = 0;
+};
+// Parses the `laissez-position` metadata or a `--after` flag: "SEQ.INDEX".
+Result<WatchPosition> ParseWatchPosition(std::string_view text, std::string_view field);
+// A watch request for `vertices`, resuming after `after` if given.
+laissez::v1::WatchRequest MakeWatchRequest(const std::vector<std::string>& vertices,
+                                           const std::optional<WatchPosition>& after);
+// Where a watch stream starts: its `laissez-position` initial metadata, once
+// received (none if the stream failed before it was live).
+std::optional<WatchPosition> StreamStart(const grpc::ClientContext& ctx);
 
 struct ConnectOptions {
   std::string address;         // "HOST:PORT", or several: "HOST:PORT,HOST:PORT" (replicas).
@@ -111,6 +137,8 @@ class GrpcMarketClient final : public sdk::MarketClient {
     // Returns the stream's error once it has ended (OK while it is open).
     Status Poll(std::vector<market::Event>* out, int wait_ms);
     bool open() const { return open_.load(); }
+    // The last event received (and handed to Poll), else where the stream started.
+    WatchPosition position() const;
 
    private:
     friend class GrpcMarketClient;
@@ -118,12 +146,16 @@ class GrpcMarketClient final : public sdk::MarketClient {
     std::unique_ptr<Impl> impl_;
     std::atomic<bool> open_{true};
   };
-  // Opens the stream and waits until the server has registered it.
-  Result<std::unique_ptr<EventStream>> Watch(const std::vector<std::string>& vertices);
+  // Opens the stream and waits until the server has registered it. With
+  // `after`, the stream resumes after that position (an old stream's
+  // position()): it starts with the events after it, none lost or repeated;
+  // its Poll says OUT_OF_RANGE if the server no longer has them all (then
+  // re-read state and watch without `after`).
+  Result<std::unique_ptr<EventStream>> Watch(const std::vector<std::string>& vertices,
+                                             std::optional<WatchPosition> after = std::nullopt);
   // After a stream or call failed with UNAVAILABLE `error`: moves to another
-  // endpoint (the leader it names, else the next one). Open a new Watch then;
-  // events between the old stream's end and the new one's start are not
-  // replayed, so re-read state (docs/HA.md, "Clients").
+  // endpoint (the leader it names, else the next one). Open a new Watch then,
+  // after the old stream's position (docs/HA.md, "Clients").
   void Failover(const std::string& error);
 
  private:

@@ -20,8 +20,17 @@ Result<market::Operation> DecodeJournalLine(std::string_view line) { return oplo
 namespace {
 // The journal records the id each creating call got ("id"), so replay checks
 // that it assigns the same ones.
-std::string EncodeJournalRecord(const market::Operation& op, uint64_t created_id) {
-  return created_id == UINT64_MAX ? oplog::EncodeOperation(op) : oplog::EncodeOperation(op, created_id);
+std::string EncodeJournalRecord(const market::Operation& op, uint64_t created_id, std::string_view key) {
+  std::string line;
+  line.reserve(128);
+  oplog::AppendOperation(op, created_id == UINT64_MAX ? oplog::kNoId : created_id, key, &line);
+  return line;
+}
+
+// What identifies a keyed operation's arguments: its line without time and id.
+std::string Fingerprint(const market::Operation& op) {
+  market::Operation o{0, op.body};
+  return oplog::EncodeOperation(o);
 }
 }  // namespace
 
@@ -50,6 +59,7 @@ void Subscription::Close(Status why) {
 }
 
 bool Subscription::Wants(const WireEvent& e) const {
+  if (e.pos <= after_) return false;  // Already delivered (or replayed from the ring).
   if (operator_view_) return true;
   const market::Event& ev = e.event;
   if (ev.type == market::EventType::kPriceChanged) return vertices_.count(ev.vertex.value) > 0;
@@ -93,7 +103,10 @@ class MarketCore::Sink final : public market::EventSink {
  public:
   explicit Sink(MarketCore* core) : core_(core) {}
   void OnEvents(std::span<const market::Event> events) override {
-    if (core_->pending_ && core_->subscriber_count_.load(std::memory_order_relaxed) > 0) core_->Render(events);
+    if (core_->pending_ &&
+        (core_->options_.event_ring > 0 || core_->subscriber_count_.load(std::memory_order_relaxed) > 0)) {
+      core_->Render(events);
+    }
   }
 
  private:
@@ -171,6 +184,12 @@ Status MarketCore::Start(const MarketCreation& creation) {
   if (!options_.follower) LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
   pending_.reset();
   applied_seq_.store(next_seq_ - 1);
+  {
+    // The ring starts here: events of the replay and of the catch-up advance
+    // are not kept.
+    std::lock_guard lock(subs_mu_);
+    ring_floor_ = delivered_ = EventPos::AllOf(next_seq_ - 1);
+  }
   metrics_->journal_seq = static_cast<int64_t>(next_seq_ - 1);
   metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
   metrics_->resting_orders.store(static_cast<int64_t>(engine_->resting_order_count()), std::memory_order_relaxed);
@@ -195,8 +214,10 @@ void MarketCore::Stop() {
   }
   if (writer_.joinable()) writer_.join();
   if (committer_.joinable()) committer_.join();
+  // A watcher learns that this server went away (UNAVAILABLE), so it can
+  // resume on another replica or after a restart.
   std::lock_guard lock(subs_mu_);
-  for (auto& s : subs_) s->Close(Status::Ok());
+  for (auto& s : subs_) s->Close(Unavailable("server: stopping; watch again (resume after the last event)"));
   subs_.clear();
 }
 
@@ -220,8 +241,33 @@ size_t MarketCore::queue_length() const {
 
 std::shared_ptr<Subscription> MarketCore::Subscribe(bool operator_view, TenantId tenant,
                                                      std::unordered_set<uint32_t> vertices) {
-  auto sub = std::make_shared<Subscription>(operator_view, tenant, std::move(vertices));
+  return *SubscribeAfter(operator_view, tenant, std::move(vertices), std::nullopt);
+}
+
+namespace {
+std::string PosString(EventPos p) {
+  return "seq " + std::to_string(p.seq) +
+         (p.index == UINT32_MAX ? std::string(" (all its events)") : " index " + std::to_string(p.index));
+}
+}  // namespace
+
+Result<std::shared_ptr<Subscription>> MarketCore::SubscribeAfter(bool operator_view, TenantId tenant,
+                                                                 std::unordered_set<uint32_t> vertices,
+                                                                 std::optional<EventPos> after,
+                                                                 EventPos* live_from) {
   std::lock_guard lock(subs_mu_);
+  if (after && *after < ring_floor_) {
+    return OutOfRange("after: this server no longer has the events after " + PosString(*after) +
+                      " (its event ring holds those after " + PosString(ring_floor_) +
+                      "); re-read the state and watch again without resuming");
+  }
+  auto sub = std::make_shared<Subscription>(operator_view, tenant, std::move(vertices), after.value_or(delivered_));
+  if (after) {
+    for (const WireEvent& e : ring_) {
+      if (e.pos > *after && sub->Wants(e)) sub->Push(e);
+    }
+  }
+  if (live_from) *live_from = after ? *after : delivered_;
   subs_.push_back(sub);
   subscriber_count_.store(static_cast<int>(subs_.size()));
   metrics_->watchers.store(static_cast<int64_t>(subs_.size()));
@@ -239,9 +285,27 @@ void MarketCore::Unsubscribe(const std::shared_ptr<Subscription>& sub) {
 // ---------------------------------------------------------------------------
 // Writer thread.
 
-void MarketCore::Journal(const std::string& actor, const market::Operation& op, uint64_t created_id) {
-  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalRecord(op, created_id)});
+void MarketCore::Journal(const std::string& actor, const market::Operation& op, uint64_t created_id,
+                         std::string_view key) {
+  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalRecord(op, created_id, key)});
   applied_seq_.store(next_seq_ - 1);
+}
+
+void MarketCore::RememberKey(const std::string& actor, const std::string& key, const market::Operation& op,
+                             uint64_t created_id) {
+  KeyedOutcome out;
+  out.fingerprint = Fingerprint(op);
+  out.created_id = created_id;
+  if (const auto* d = std::get_if<market::OpDeposit>(&op.body)) {
+    auto v = engine_->GetTenant(d->tenant);
+    if (v.ok()) out.balance = v->balance;
+  }
+  std::string id = actor + '\n' + key;
+  if (keyed_.insert_or_assign(id, std::move(out)).second) keyed_order_.push_back(std::move(id));
+  while (keyed_order_.size() > options_.idempotency_keys) {
+    keyed_.erase(keyed_order_.front());
+    keyed_order_.pop_front();
+  }
 }
 
 Status MarketCore::ApplyRecord(const JournalRecord& r) {
@@ -255,6 +319,7 @@ Status MarketCore::ApplyRecord(const JournalRecord& r) {
     return DataLoss("journal: record " + std::to_string(r.seq) + " created id " + std::to_string(res.created_id) +
                     ", the journal says " + std::to_string(rec->created_id));
   }
+  if (!rec->idempotency_key.empty()) RememberKey(r.actor, rec->idempotency_key, rec->op, res.created_id);
   return Status::Ok();
 }
 
@@ -393,8 +458,28 @@ void MarketCore::AdvanceForMutation() {
   MaybeAdvance(/*force=*/false);
 }
 
-market::ApplyResult WriterContext::Apply(market::OpBody body) {
+market::ApplyResult WriterContext::Apply(market::OpBody body) { return ApplyKeyed(std::move(body), {}); }
+
+market::ApplyResult WriterContext::ApplyKeyed(market::OpBody body, const std::string& key, bool* repeated,
+                                              int64_t* balance) {
+  if (repeated) *repeated = false;
   if (Status w = Writable(); !w.ok()) return {std::move(w), UINT64_MAX};
+  if (!key.empty()) {
+    if (Status st = oplog::CheckIdempotencyKey(key, "idempotency_key"); !st.ok()) {
+      return {InvalidArgument(st.message()), UINT64_MAX};
+    }
+    auto it = core_->keyed_.find(*actor_ + '\n' + key);
+    if (it != core_->keyed_.end()) {
+      if (it->second.fingerprint != Fingerprint(market::Operation{0, body})) {
+        return {FailedPrecondition("idempotency_key: already used for a different request (" +
+                                   it->second.fingerprint + "); use a new key for a new request"),
+                UINT64_MAX};
+      }
+      if (repeated) *repeated = true;
+      if (balance) *balance = it->second.balance;
+      return {Status::Ok(), it->second.created_id};
+    }
+  }
   core_->AdvanceForMutation();
   market::Operation op{core_->engine_->now(), std::move(body)};
   // The server accepts only what replay accepts: the shared field checks
@@ -403,7 +488,16 @@ market::ApplyResult WriterContext::Apply(market::OpBody body) {
   auto replayed = oplog::DecodeRecord(oplog::EncodeOperation(op));
   if (!replayed.ok()) return {InvalidArgument(replayed.status().message()), UINT64_MAX};
   market::ApplyResult r = market::Apply(*core_->engine_, replayed->op);
-  if (r.status.ok()) core_->Journal(*actor_, replayed->op, r.created_id);
+  if (r.status.ok()) {
+    core_->Journal(*actor_, replayed->op, r.created_id, key);
+    if (!key.empty()) core_->RememberKey(*actor_, key, replayed->op, r.created_id);
+    if (balance) {
+      if (const auto* d = std::get_if<market::OpDeposit>(&replayed->op.body)) {
+        auto v = core_->engine_->GetTenant(d->tenant);
+        if (v.ok()) *balance = v->balance;
+      }
+    }
+  }
   return r;
 }
 
@@ -436,6 +530,15 @@ void MarketCore::Render(std::span<const market::Event> events) {
     if (e.other.valid()) w.other = TenantName(e.other);
     if (e.reasons) w.reasons = market::ReasonNames(e.reasons);
     if (e.cancel_reason != market::CancelReason::kNone) w.cancel_reason = market::CancelReasonName(e.cancel_reason);
+    // The record being applied gets seq next_seq_ (it is journaled, or was
+    // replicated, under that seq once it applies).
+    if (event_seq_ != next_seq_) {
+      event_seq_ = next_seq_;
+      event_index_ = 0;
+    } else {
+      ++event_index_;
+    }
+    w.pos = EventPos{event_seq_, event_index_};
     pending_->events.push_back(std::move(w));
   }
 }
@@ -459,6 +562,7 @@ void MarketCore::RunBatch(std::vector<Command>& cmds) {
   metrics_->tenants.store(static_cast<int64_t>(engine_->tenant_count()), std::memory_order_relaxed);
   metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
   metrics_->journal_seq.store(static_cast<int64_t>(next_seq_ - 1), std::memory_order_relaxed);
+  pending_->last_seq = next_seq_ - 1;
 
   std::unique_ptr<Pending> p = std::move(pending_);
   std::unique_lock lock(commit_mu_);
@@ -576,19 +680,23 @@ void MarketCore::CommitterLoop() {
       for (auto& d : p->dones) d(st);
     }
     if (st.ok()) {
-      std::vector<std::shared_ptr<Subscription>> subs;
-      {
-        std::lock_guard lock(subs_mu_);
-        subs = subs_;
-      }
-      if (!subs.empty()) {
-        for (auto& p : work) {
-          for (const WireEvent& e : p->events) {
-            for (auto& s : subs) {
-              if (s->Wants(e)) s->Push(e);
-            }
+      // Ring and subscriptions under one lock, so a subscription that resumes
+      // sees each event exactly once: from the ring or live.
+      std::lock_guard lock(subs_mu_);
+      for (auto& p : work) {
+        for (WireEvent& e : p->events) {
+          for (auto& s : subs_) {
+            if (s->Wants(e)) s->Push(e);
           }
+          if (options_.event_ring == 0) continue;
+          if (ring_.size() >= options_.event_ring) {
+            ring_floor_ = ring_.front().pos;
+            ring_.pop_front();
+          }
+          ring_.push_back(std::move(e));
         }
+        if (p->last_seq > 0) delivered_ = std::max(delivered_, EventPos::AllOf(p->last_seq));
+        if (options_.event_ring == 0) ring_floor_ = delivered_;
       }
     }
   }

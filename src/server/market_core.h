@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <compare>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -57,9 +58,22 @@ Micros WallClockMicros();
 std::string EncodeJournalLine(const market::Operation& op);
 Result<market::Operation> DecodeJournalLine(std::string_view line);
 
+// Where an event stands in the market's history: the seq of the journal record
+// whose application produced it and its index among that record's events.
+// Every replica applies the same records in the same order, so an event has
+// the same position on all of them (docs/HA.md, "Resumable watches").
+struct EventPos {
+  uint64_t seq = 0;
+  uint32_t index = 0;
+  // Every event of record `seq` and before.
+  static EventPos AllOf(uint64_t seq) { return EventPos{seq, UINT32_MAX}; }
+  auto operator<=>(const EventPos&) const = default;
+};
+
 // A market event rendered with names, ready for any wire format. Ids are kept
 // for filtering; names are what clients see.
 struct WireEvent {
+  EventPos pos;
   market::Event event;
   std::string type;      // EventTypeName.
   std::string node;      // Node name, if any.
@@ -75,8 +89,9 @@ class Subscription {
  public:
   // Operator view: every event with names. Tenant view: the tenant's own events
   // and price changes at `vertices`, without other tenants' names.
-  Subscription(bool operator_view, TenantId tenant, std::unordered_set<uint32_t> vertices)
-      : operator_view_(operator_view), tenant_(tenant), vertices_(std::move(vertices)) {}
+  // Only events after `after` are queued.
+  Subscription(bool operator_view, TenantId tenant, std::unordered_set<uint32_t> vertices, EventPos after = {})
+      : operator_view_(operator_view), tenant_(tenant), vertices_(std::move(vertices)), after_(after) {}
 
   // Waits up to `timeout` for events and moves them into `out`. Returns false
   // once the subscription is closed (and `out` holds what was left).
@@ -94,6 +109,7 @@ class Subscription {
   const bool operator_view_;
   const TenantId tenant_;
   const std::unordered_set<uint32_t> vertices_;
+  const EventPos after_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<WireEvent> queue_;
@@ -113,9 +129,14 @@ struct CoreOptions {
   Micros min_advance = 1000;                           // Skip advances smaller than this while busy.
   size_t max_batch = 4096;                             // Commands per writer batch.
   size_t max_uncommitted = 65536;                      // Journal records the writer may run ahead.
+  // Recent events kept for watches that resume (WatchRequest.resume). 0: none
+  // kept, and events are rendered only while someone watches.
+  size_t event_ring = 65536;
   // Start as a follower of a replicated market (replica.h): replay, commit
   // nothing, refuse mutations until Promote.
   bool follower = false;
+  // Idempotency keys remembered (the most recent ones, over all actors).
+  size_t idempotency_keys = 100000;
 };
 
 // What a new market starts with: runs on a store that holds no market, after
@@ -162,6 +183,15 @@ class MarketCore {
   Result<T> Execute(std::string actor, std::function<Result<T>(WriterContext&)> work);
 
   std::shared_ptr<Subscription> Subscribe(bool operator_view, TenantId tenant, std::unordered_set<uint32_t> vertices);
+  // A subscription that resumes after `after`: it first gets the ring's
+  // events after that position, then live ones, with no gap and no duplicate.
+  // OUT_OF_RANGE if the ring no longer reaches back to `after` (events after
+  // it were dropped, or came before this process started). `*live_from` (if
+  // given) is set to the position the subscription is complete from: every
+  // event after it reaches the subscription (filters aside).
+  Result<std::shared_ptr<Subscription>> SubscribeAfter(bool operator_view, TenantId tenant,
+                                                       std::unordered_set<uint32_t> vertices,
+                                                       std::optional<EventPos> after, EventPos* live_from = nullptr);
   void Unsubscribe(const std::shared_ptr<Subscription>& sub);
 
   size_t queue_length() const;
@@ -198,6 +228,7 @@ class MarketCore {
     Batch batch;
     std::vector<Done> dones;
     std::vector<WireEvent> events;
+    uint64_t last_seq = 0;  // The last journal seq applied when the batch ended.
   };
   class Sink;
 
@@ -207,7 +238,8 @@ class MarketCore {
   // Journals the batch's time advance the first time a command of the batch
   // mutates the market, so reads and calls rejected at the edge journal nothing.
   void AdvanceForMutation();
-  void Journal(const std::string& actor, const market::Operation& op, uint64_t created_id = UINT64_MAX);
+  void Journal(const std::string& actor, const market::Operation& op, uint64_t created_id = UINT64_MAX,
+               std::string_view key = {});
   bool MaybeAdvance(bool force);
   void Render(std::span<const market::Event> events);
   const std::string& TenantName(TenantId id);
@@ -239,6 +271,19 @@ class MarketCore {
   bool batch_advanced_ = false;
   std::unordered_map<uint32_t, std::string> tenant_names_;
   std::atomic<int> subscriber_count_{0};
+  // Idempotency keys (writer thread): actor + key -> what the keyed
+  // operation did, rebuilt from the journal by replay and replication.
+  struct KeyedOutcome {
+    std::string fingerprint;  // The operation's line without time, id or key.
+    uint64_t created_id = UINT64_MAX;
+    int64_t balance = 0;      // The tenant's balance right after it (deposits).
+  };
+  std::unordered_map<std::string, KeyedOutcome> keyed_;
+  std::deque<std::string> keyed_order_;
+  void RememberKey(const std::string& actor, const std::string& key, const market::Operation& op,
+                   uint64_t created_id);
+  uint64_t event_seq_ = 0;    // Position of the last rendered event.
+  uint32_t event_index_ = 0;
   std::chrono::steady_clock::time_point last_advance_;
 
   // Command queue.
@@ -258,6 +303,11 @@ class MarketCore {
 
   std::mutex subs_mu_;
   std::vector<std::shared_ptr<Subscription>> subs_;
+  // Under subs_mu_: the last delivered events, and the positions the ring
+  // covers: every event after ring_floor_ and up to delivered_ is in ring_.
+  std::deque<WireEvent> ring_;
+  EventPos ring_floor_;
+  EventPos delivered_;
 
   std::thread writer_, committer_;
 };
@@ -274,6 +324,15 @@ class WriterContext {
   // it, as replay does), so nothing is applied that a restart could not
   // replay: such a call is INVALID_ARGUMENT and changes nothing.
   market::ApplyResult Apply(market::OpBody body);
+  // Apply with the client's idempotency key (empty: plain Apply). The key is
+  // journaled in the operation's own record. If this actor already applied an
+  // operation with `key` (and it is still remembered, CoreOptions::
+  // idempotency_keys), nothing is applied: the result is the original one
+  // (`*repeated` true, `*balance` the tenant's balance right after the
+  // original), or FAILED_PRECONDITION naming `idempotency_key` if `body`
+  // differs from the original.
+  market::ApplyResult ApplyKeyed(market::OpBody body, const std::string& key, bool* repeated = nullptr,
+                                 int64_t* balance = nullptr);
   // A token change committed with this batch; also applied to the token table
   // once durable... and at once, so later commands in the batch see it.
   void PutToken(const TokenRecord& record);

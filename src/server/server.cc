@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "laissez/v1/market.grpc.pb.h"
+#include "oplog/oplog.h"
 #include "server/grpc_client.h"
 #include "topology/cluster_yaml.h"
 
@@ -140,6 +141,11 @@ void FillQuote(const market::MarketEngine& e, const market::VertexQuote& q, pb::
   }
 }
 
+// An optional idempotency key: empty, or valid (named `idempotency_key`).
+Status CheckKey(const std::string& key) {
+  return key.empty() ? Status::Ok() : oplog::CheckIdempotencyKey(key, "idempotency_key");
+}
+
 void FillEvent(const WireEvent& w, pb::Event* out) {
   const market::Event& e = w.event;
   out->set_time(e.time);
@@ -162,6 +168,8 @@ void FillEvent(const WireEvent& w, pb::Event* out) {
   out->set_other(w.other);
   out->set_tenant_id(e.tenant.value);
   out->set_other_id(e.other.value);
+  out->set_seq(w.pos.seq);
+  out->set_index(w.pos.index);
 }
 
 void FillLedger(const market::MarketEngine& e, const market::LedgerEntry& l, bool with_tenant, WriterContext& w,
@@ -270,6 +278,7 @@ class Server::Services {
                       const pb::WatchRequest* req) {
     std::shared_ptr<Subscription> sub;
     Principal principal;
+    EventPos live_from;
     grpc::Status setup = Call(method, ctx, need, [&](const Principal& p) -> Status {
       principal = p;
       if (req->vertices_size() > 4096) return InvalidArgument("vertices: at most 4096");
@@ -284,12 +293,20 @@ class Server::Services {
                                           }
                                           return out;
                                         }));
+      std::optional<EventPos> after;
+      if (req->resume()) after = EventPos{req->after_seq(), req->after_index()};
       LZ_RETURN_IF_ERROR(AcquireStream(p));
-      sub = s_->core_->Subscribe(p.role != Role::kTenant, p.tenant, std::move(set));
+      auto subscribed = s_->core_->SubscribeAfter(p.role != Role::kTenant, p.tenant, std::move(set), after, &live_from);
+      if (!subscribed.ok()) {
+        ReleaseStream(p);
+        return subscribed.status();
+      }
+      sub = *std::move(subscribed);
       return Status::Ok();
     });
     if (!setup.ok()) return setup;
-    // Tell the client the subscription is live before any event.
+    // Tell the client the subscription is live, and from where, before any event.
+    ctx->AddInitialMetadata("laissez-position", std::to_string(live_from.seq) + "." + std::to_string(live_from.index));
     writer->SendInitialMetadata();
     Status end;
     for (;;) {
@@ -332,6 +349,7 @@ class Server::Services {
         uint32_t count = q->count() == 0 ? 1 : q->count();
         if (count > kMaxGang) return InvalidArgument("count: must be at most " + std::to_string(kMaxGang));
         if (!pb::Locality_IsValid(q->locality())) return InvalidArgument("locality: unknown value");
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         auto locality = static_cast<market::Locality>(q->locality());
         if (locality == market::Locality::kAny && !q->rel_to().empty()) {
           return InvalidArgument("rel_to: needs a locality");
@@ -348,7 +366,7 @@ class Server::Services {
           if (locality != market::Locality::kAny) {
             LZ_ASSIGN_OR_RETURN(spec.rel_to, FindNodeOr(w.engine(), q->rel_to(), "rel_to"));
           }
-          ApplyResult a = w.Apply(market::OpPlaceOrder{p.tenant, spec});
+          ApplyResult a = w.ApplyKeyed(market::OpPlaceOrder{p.tenant, spec}, q->idempotency_key());
           if (!a.status.ok()) return a.status;
           return a.created_id;
         }));
@@ -1073,11 +1091,14 @@ class Server::Services {
       return s_->Call("Deposit", c, Need::kAdmin, [&](const Principal& p) -> Status {
         LZ_RETURN_IF_ERROR(CheckAmount(q->amount(), "amount", "micro-units"));
         if (q->amount() == 0) return InvalidArgument("amount: must be positive");
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
           LZ_ASSIGN_OR_RETURN(TenantId t, FindTenantOr(w.engine(), q->tenant(), "tenant"));
-          LZ_RETURN_IF_ERROR(w.Apply(market::OpDeposit{t, q->amount()}).status);
-          LZ_ASSIGN_OR_RETURN(market::TenantView v, w.engine().GetTenant(t));
-          r->set_balance(v.balance);
+          bool repeated = false;
+          int64_t balance = 0;
+          LZ_RETURN_IF_ERROR(
+              w.ApplyKeyed(market::OpDeposit{t, q->amount()}, q->idempotency_key(), &repeated, &balance).status);
+          r->set_balance(balance);
           return Status::Ok();
         });
       });

@@ -241,6 +241,194 @@ TEST_F(ServerFixture, WatchSeesPricesAtWatchedVerticesAndOnlyOwnEvents) {
   }
 }
 
+// Resumable watches (docs/HA.md): every event carries its position (journal
+// seq, index among that record's events), and a watch may resume after one.
+pb::WatchRequest After(const pb::Event& e) {
+  pb::WatchRequest q;
+  q.set_resume(true);
+  q.set_after_seq(e.seq());
+  q.set_after_index(e.index());
+  return q;
+}
+
+void ExpectSameEvents(const std::vector<pb::Event>& got, const std::vector<pb::Event>& want, size_t from, size_t n) {
+  ASSERT_GE(got.size(), n);
+  ASSERT_GE(want.size(), from + n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(got[i].seq(), want[from + i].seq()) << i;
+    EXPECT_EQ(got[i].index(), want[from + i].index()) << i;
+    EXPECT_EQ(got[i].type(), want[from + i].type()) << i;
+  }
+}
+
+// The events delivered once the calls made so far are acknowledged (a reply
+// leaves before its events are delivered, so let them arrive).
+std::vector<pb::Event> Settled(Watcher& w) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return w.events();
+}
+
+TEST_F(ServerFixture, WatchResumesInsideTheRingWithNoGapOrDuplicate) {
+  Populate();
+  Watcher all(op_stub_.get(), op_, pb::WatchRequest());
+  auto start = ParseWatchPosition(all.position(), "laissez-position");
+  ASSERT_TRUE(start.ok()) << all.position();
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());
+  ASSERT_TRUE(Place(b_, "h100x8", 12 * kUnit).ok());
+  ASSERT_TRUE(Place(a_, "l4", 5 * kUnit).ok());
+  std::vector<pb::Event> seen = Settled(all);
+  ASSERT_GE(seen.size(), 6u);
+  // Positions increase strictly and start after the stream's position.
+  EXPECT_GT(std::make_pair(seen[0].seq(), seen[0].index()), std::make_pair(start->seq, start->index));
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_LT(std::make_pair(seen[i - 1].seq(), seen[i - 1].index()), std::make_pair(seen[i].seq(), seen[i].index()))
+        << i;
+  }
+  // Resume after the third event: the rest from the ring, then live ones.
+  const size_t k = 2;
+  Watcher resumed(op_stub_.get(), op_, After(seen[k]));
+  EXPECT_EQ(resumed.position(), std::to_string(seen[k].seq()) + "." + std::to_string(seen[k].index()));
+  ExpectSameEvents(resumed.WaitCount(seen.size() - k - 1), seen, k + 1, seen.size() - k - 1);
+  ASSERT_TRUE(Place(b_, "l4", 6 * kUnit).ok());
+  std::vector<pb::Event> more = Settled(all);
+  ASSERT_GT(more.size(), seen.size());
+  std::vector<pb::Event> got = resumed.events();
+  EXPECT_EQ(got.size(), more.size() - k - 1) << "a resumed stream got an event twice or missed one";
+  ExpectSameEvents(got, more, k + 1, more.size() - k - 1);
+  // A tenant resumes too, and sees only its own events and watched prices.
+  Watcher tenant(tenant_stub_.get(), b_, After(seen[k]));
+  for (const auto& e : tenant.WaitCount(1)) EXPECT_TRUE(e.tenant().empty());
+  // Resuming at the newest event gets only what comes next.
+  Watcher at_end(op_stub_.get(), op_, After(more.back()));
+  ASSERT_TRUE(Place(a_, "h100x8", 11 * kUnit).ok());
+  std::vector<pb::Event> last = Settled(all);
+  ExpectSameEvents(at_end.events(), last, more.size(), last.size() - more.size());
+  EXPECT_EQ(at_end.events().size(), last.size() - more.size());
+}
+
+class SmallRingServer : public ServerFixture {
+ protected:
+  void SetUp() override {
+    auto o = DefaultOptions();
+    o.core.event_ring = 4;
+    StartServer(o);
+  }
+};
+
+TEST_F(SmallRingServer, ResumeAtTheRingsEdgeWorksAndPastItIsOutOfRange) {
+  Populate();
+  Watcher all(op_stub_.get(), op_, pb::WatchRequest());
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());
+  ASSERT_TRUE(Place(b_, "h100x8", 12 * kUnit).ok());
+  ASSERT_TRUE(Place(a_, "l4", 5 * kUnit).ok());
+  std::vector<pb::Event> seen = Settled(all);
+  const size_t n = seen.size();
+  ASSERT_GE(n, 6u);
+  // The ring holds the last 4 events: resuming after the one before them works...
+  Watcher edge(op_stub_.get(), op_, After(seen[n - 5]));
+  ExpectSameEvents(edge.WaitCount(4), seen, n - 4, 4);
+  // ...and one further back needs an event the ring dropped.
+  Watcher past(op_stub_.get(), op_, After(seen[n - 6]));
+  grpc::Status st = past.WaitEnd();
+  EXPECT_EQ(st.error_code(), StatusCode::OUT_OF_RANGE) << st.error_message();
+  EXPECT_NE(st.error_message().find("after: this server no longer has the events after seq"), std::string::npos)
+      << st.error_message();
+  EXPECT_TRUE(past.events().empty());
+  // The stream that was refused left nothing behind: the edge stream still gets live events.
+  ASSERT_TRUE(Place(b_, "l4", 6 * kUnit).ok());
+  std::vector<pb::Event> more = Settled(all);
+  ExpectSameEvents(edge.events(), more, n - 4, more.size() - (n - 4));
+}
+
+// Idempotency keys: a repeat of a committed key returns the original result
+// and applies nothing, also after a restart (the key is journaled with the
+// operation); the same key with other arguments is refused.
+TEST_F(ServerFixture, IdempotencyKeysApplyOnceAndSurviveRestart) {
+  ServerOptions o = RestartOnDisk("idem.db");
+  Populate();
+  auto deposit = [&](const std::string& key, int64_t amount, pb::DepositResponse* r) {
+    pb::DepositRequest q;
+    q.set_tenant("acme");
+    q.set_amount(amount);
+    q.set_idempotency_key(key);
+    return admin_stub_->Deposit(Ctx(admin_).get(), q, r);
+  };
+  auto place = [&](const std::string& token, const std::string& key, int64_t price, uint64_t* id) {
+    pb::PlaceOrderRequest q;
+    q.set_scope("h100x8");
+    q.set_price(price);
+    q.set_idempotency_key(key);
+    pb::PlaceOrderResponse r;
+    grpc::Status st = tenant_stub_->PlaceOrder(Ctx(token).get(), q, &r);
+    *id = r.order();
+    return st;
+  };
+  const int64_t deposited0 = OperatorLedger().deposited();
+  pb::DepositResponse d1, d2;
+  ASSERT_TRUE(deposit("dep-1", 5 * kUnit, &d1).ok());
+  ASSERT_TRUE(deposit("dep-2", 1 * kUnit, &d2).ok());  // Moves the balance on.
+  pb::DepositResponse again;
+  ASSERT_TRUE(deposit("dep-1", 5 * kUnit, &again).ok());
+  EXPECT_EQ(again.balance(), d1.balance()) << "a repeat returns the original result";
+  EXPECT_EQ(OperatorLedger().deposited(), deposited0 + 6 * kUnit) << "a repeat must not deposit again";
+  uint64_t o1 = 0, o1_again = 0, o2 = 0;
+  ASSERT_TRUE(place(a_, "ord-1", 3 * kUnit, &o1).ok());
+  ASSERT_TRUE(place(a_, "ord-1", 3 * kUnit, &o1_again).ok());
+  EXPECT_EQ(o1_again, o1);
+  // Keys belong to their caller: another tenant's same key is its own call.
+  ASSERT_TRUE(place(b_, "ord-1", 3 * kUnit, &o2).ok());
+  EXPECT_NE(o2, o1);
+  pb::ListOrdersResponse mine;
+  ASSERT_TRUE(tenant_stub_->ListOrders(Ctx(a_).get(), pb::ListOrdersRequest(), &mine).ok());
+  // The order filled a free node (or rests): one either way, not two.
+  EXPECT_EQ(mine.orders_size() + Nodes(a_).nodes_size(), 1) << "a repeat must not place a second order";
+  // The same key with other arguments: refused, naming the field; nothing applied.
+  pb::DepositResponse bad;
+  grpc::Status st = deposit("dep-1", 7 * kUnit, &bad);
+  EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(st.error_message().rfind("idempotency_key: already used for a different request", 0), 0u)
+      << st.error_message();
+  // A malformed key.
+  st = deposit(std::string(65, 'k'), kUnit, &bad);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message().rfind("idempotency_key: at most 64", 0), 0u) << st.error_message();
+  st = deposit("a b", kUnit, &bad);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(OperatorLedger().deposited(), deposited0 + 6 * kUnit);
+
+  // After a restart the keys are rebuilt from the journal.
+  server_->Shutdown();
+  StartServer(o);
+  ASSERT_TRUE(deposit("dep-1", 5 * kUnit, &again).ok());
+  EXPECT_EQ(again.balance(), d1.balance());
+  EXPECT_EQ(OperatorLedger().deposited(), deposited0 + 6 * kUnit) << "a repeat after a restart deposited again";
+  ASSERT_TRUE(place(a_, "ord-1", 3 * kUnit, &o1_again).ok());
+  EXPECT_EQ(o1_again, o1);
+  st = deposit("dep-2", 2 * kUnit, &bad);
+  EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION);
+  // A new key is a new deposit.
+  ASSERT_TRUE(deposit("dep-3", 5 * kUnit, &again).ok());
+  EXPECT_EQ(OperatorLedger().deposited(), deposited0 + 11 * kUnit);
+}
+
+// The event ring starts with the process: a position from before a restart
+// is OUT_OF_RANGE (the single server and the replicas share this code).
+TEST_F(ServerFixture, ResumeFromBeforeARestartIsOutOfRange) {
+  ServerOptions o = RestartOnDisk("ring.db");
+  Populate();
+  pb::Event last;
+  {
+    Watcher all(op_stub_.get(), op_, pb::WatchRequest());
+    ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());
+    ASSERT_TRUE(all.WaitFor(Type("allocated"), &last));
+  }
+  server_->Shutdown();
+  StartServer(o);
+  Watcher resumed(op_stub_.get(), op_, After(last));
+  grpc::Status st = resumed.WaitEnd();
+  EXPECT_EQ(st.error_code(), StatusCode::OUT_OF_RANGE) << st.error_message();
+}
+
 TEST_F(ServerFixture, GraceDeadlineTransfersTheNode) {
   Populate();
   pb::SetVolatilityRequest vq;

@@ -60,6 +60,18 @@ class ServerFixture : public ::testing::Test {
     admin_stub_ = pb::AdminService::NewStub(channel_);
   }
 
+  // Replaces the in-memory server with one on a SQLite file (removed at the
+  // end); returns its options, to start it again after a Shutdown.
+  ServerOptions RestartOnDisk(const std::string& name) {
+    server_->Shutdown();
+    std::string db = TempPath(name);
+    cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token", db + ".identity"};
+    ServerOptions o = DefaultOptions();
+    o.db = db;
+    StartServer(o);
+    return o;
+  }
+
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
     auto c = std::make_unique<grpc::ClientContext>();
     if (!token.empty()) c->AddMetadata("authorization", "Bearer " + token);
@@ -143,12 +155,16 @@ class ServerFixture : public ::testing::Test {
 // Reads a watch stream on its own thread until `pred` matches an event.
 class Watcher {
  public:
-  Watcher(pb::TenantService::Stub* stub, const std::string& token, std::vector<std::string> vertices) {
+  Watcher(pb::TenantService::Stub* stub, const std::string& token, std::vector<std::string> vertices)
+      : Watcher(stub, token, Request(std::move(vertices))) {}
+  // Any watch (tenant or operator stub, resuming or not).
+  template <typename Stub>
+  Watcher(Stub* stub, const std::string& token, const pb::WatchRequest& q) {
     ctx_.AddMetadata("authorization", "Bearer " + token);
-    pb::WatchRequest q;
-    for (auto& v : vertices) q.add_vertices(v);
     reader_ = stub->Watch(&ctx_, q);
     reader_->WaitForInitialMetadata();
+    const auto& md = ctx_.GetServerInitialMetadata();
+    if (auto it = md.find("laissez-position"); it != md.end()) position_ = std::string(it->second.data(), it->second.size());
     thread_ = std::thread([this] {
       pb::Event e;
       while (reader_->Read(&e)) {
@@ -156,7 +172,9 @@ class Watcher {
         events_.push_back(e);
         cv_.notify_all();
       }
+      grpc::Status st = reader_->Finish();
       std::lock_guard lock(mu_);
+      status_ = st;
       done_ = true;
       cv_.notify_all();
     });
@@ -164,7 +182,20 @@ class Watcher {
   ~Watcher() {
     ctx_.TryCancel();
     thread_.join();
-    (void)reader_->Finish();
+  }
+  // The stream's `laissez-position` metadata ("SEQ.INDEX"; empty if it failed at once).
+  const std::string& position() const { return position_; }
+  // Waits until the stream has `n` events or has ended; returns the events.
+  std::vector<pb::Event> WaitCount(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(20), [&] { return done_ || events_.size() >= n; });
+    return events_;
+  }
+  // Waits until the stream ends; returns its status.
+  grpc::Status WaitEnd() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(20), [&] { return done_; });
+    return done_ ? status_ : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "test: the stream did not end");
   }
   // Waits (bounded, so a broken server fails the test instead of hanging).
   bool WaitFor(const std::function<bool(const pb::Event&)>& pred, pb::Event* out = nullptr) {
@@ -196,7 +227,15 @@ class Watcher {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<pb::Event> events_;
+  std::string position_;
+  grpc::Status status_;
   bool done_ = false;
+
+  static pb::WatchRequest Request(std::vector<std::string> vertices) {
+    pb::WatchRequest q;
+    for (auto& v : vertices) q.add_vertices(v);
+    return q;
+  }
 };
 
 inline auto Type(const std::string& t) {

@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 
 import grpc
 
@@ -210,6 +211,7 @@ class Market:
         self.cur = 0
         self.lock = threading.Lock()
         self.channels = {}
+        self.ambiguous_keyed = 0
 
     def stub(self, kind, addr):
         if addr not in self.channels:
@@ -219,6 +221,9 @@ class Market:
                 "admin": self.pbg.AdminServiceStub}[kind](ch)
 
     def call(self, kind, method, req, token, idempotent, budget=15.0, timeout=3.0):
+        """`idempotent`: a read, an absolute set, or a call with an idempotency
+        key, which is retried with the same key on any UNAVAILABLE (and on a
+        timeout, as ambiguous as a dead leader) and so applies once."""
         end = time.time() + budget
         with self.lock:
             cur = self.cur
@@ -231,10 +236,15 @@ class Market:
                 return r
             except grpc.RpcError as e:
                 d = e.details() or ""
-                retry = e.code() == grpc.StatusCode.UNAVAILABLE and (
-                    idempotent or any(s in d for s in self.NOT_APPLIED))
+                keyed = bool(getattr(req, "idempotency_key", ""))
+                retry = (e.code() == grpc.StatusCode.UNAVAILABLE and (
+                    idempotent or any(s in d for s in self.NOT_APPLIED))) or (
+                    keyed and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED)
                 if not retry or time.time() >= end:
                     raise
+                if keyed and not any(s in d for s in self.NOT_APPLIED):
+                    with self.lock:
+                        self.ambiguous_keyed += 1  # May have been applied: the key makes the retry safe.
                 if "leader=" in d:
                     named = d.split("leader=")[1].split(")")[0]
                     cur = self.addresses.index(named) if named in self.addresses else cur + 1
@@ -253,6 +263,9 @@ class Load:
         self.stop = threading.Event()
         self.deposits_sent = 0
         self.deposits_acked = 0
+        self.unresolved = []  # Keys of deposits that failed; resolved before counting.
+        self.resolved = 0
+        self.other_deposits = 0  # Money deposited outside `deposit` (fence: the CLI's, the paused leader's).
         self.ack_times = []
         self.lock = threading.Lock()
         self.threads = []
@@ -283,14 +296,35 @@ class Load:
             except grpc.RpcError:
                 time.sleep(0.05)
 
+    def deposit(self, budget=15.0):
+        """One deposit of 1 micro-unit with its own idempotency key, retried
+        with that key through failovers. A deposit still failing after
+        `budget` is kept to be resolved (resolve) and re-raised."""
+        key = "dep-" + uuid.uuid4().hex
+        self.deposits_sent += 1
+        try:
+            self.m.call("admin", "Deposit", self.m.pb.DepositRequest(tenant="ha0", amount=1, idempotency_key=key),
+                        self.admin, True, budget=budget)
+        except grpc.RpcError:
+            self.unresolved.append(key)
+            raise
+        self.deposits_acked += 1
+        self.acked()
+
+    def resolve(self):
+        """Sends every unresolved deposit again with its key: applied once
+        whether or not the first attempt was."""
+        for key in self.unresolved:
+            self.m.call("admin", "Deposit", self.m.pb.DepositRequest(tenant="ha0", amount=1, idempotency_key=key),
+                        self.admin, True, budget=30)
+            self.deposits_acked += 1
+            self.resolved += 1
+        self.unresolved = []
+
     def deposit_loop(self):
-        pb = self.m.pb
         while not self.stop.is_set():
-            self.deposits_sent += 1
             try:
-                self.m.call("admin", "Deposit", pb.DepositRequest(tenant="ha0", amount=1), self.admin, False)
-                self.deposits_acked += 1
-                self.acked()
+                self.deposit()
             except grpc.RpcError:
                 time.sleep(0.05)
 
@@ -311,17 +345,126 @@ class Load:
         return min(later) if later else None
 
 
+class ResumingWatch:
+    """An operator watch that fails over like `laissez watch`: when its replica
+    goes (UNAVAILABLE), it re-opens on the next endpoint, resuming after the
+    last event it saw. Records every event's (seq, index, type)."""
+
+    def __init__(self, m, admin, order, start=None):
+        self.m, self.admin, self.order = m, admin, list(order)
+        self.events = []
+        self.start_pos = start  # (seq, index) the stream starts after.
+        self.reconnects = 0
+        self.error = None
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.call = None
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+        self.ready.wait(30)
+
+    def run(self):
+        pb = self.m.pb
+        cur = 0
+        pos = self.start_pos
+        deadline = None
+        out_of_range = 0
+        while not self.stop.is_set():
+            addr = self.order[cur % len(self.order)]
+            q = pb.WatchRequest()
+            if pos is not None:
+                q.resume, q.after_seq, q.after_index = True, pos[0], pos[1]
+            try:
+                self.call = self.m.stub("op", addr).Watch(q, metadata=md(self.admin))
+                for k, v in self.call.initial_metadata():
+                    if k != "laissez-position":
+                        continue
+                    # The stream is live: the failover budget starts again.
+                    deadline, out_of_range = None, 0
+                    if pos is None:
+                        seq, index = v.split(".")
+                        pos = self.start_pos = (int(seq), int(index))
+                    self.ready.set()
+                for e in self.call:
+                    pos = (e.seq, e.index)
+                    self.events.append((e.seq, e.index, e.type))
+                if self.stop.is_set():
+                    return
+            except grpc.RpcError as e:
+                if self.stop.is_set():
+                    return
+                # A replica restarted since keeps no events from before its
+                # restart (OUT_OF_RANGE): another one may still have them.
+                if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+                    out_of_range += 1
+                if (e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OUT_OF_RANGE) or
+                        out_of_range >= len(self.order)):
+                    self.error = "%s: %s" % (e.code(), e.details())
+                    self.ready.set()
+                    return
+            deadline = deadline or time.time() + 15
+            if time.time() > deadline:
+                self.error = "no replica to watch on for 15 s"
+                self.ready.set()
+                return
+            self.reconnects += 1
+            cur += 1
+            time.sleep(0.05)
+
+    def finish(self, settle=1.0):
+        time.sleep(settle)
+        self.stop.set()
+        if self.call is not None:
+            self.call.cancel()
+        self.thread.join(30)
+
+
+def check_watches(watches):
+    """Each watch saw each event once, in order, with no gap: positions strictly
+    increase, every record's events are numbered 0, 1, 2, ... and all the
+    watches, which failed over along different paths, saw the same events.
+    Returns (ok, events, reconnects)."""
+    ok = True
+    for w in watches:
+        if w.error:
+            print("watch: %s" % w.error, file=sys.stderr)
+            ok = False
+        pos = [(s, i) for s, i, _ in w.events]
+        if any(a >= b for a, b in zip(pos, pos[1:])):
+            print("watch: positions do not increase strictly (a duplicate)", file=sys.stderr)
+            ok = False
+        expect = {}
+        for s, i in pos:
+            want = expect.get(s, 0 if s != w.start_pos[0] else w.start_pos[1] + 1)
+            if i != want:
+                print("watch: seq %d: event %d came after %d (a gap)" % (s, i, want - 1), file=sys.stderr)
+                ok = False
+                break
+            expect[s] = i + 1
+    first = watches[0].events
+    n = min(len(w.events) for w in watches)
+    for w in watches[1:]:
+        if w.events[:n] != first[:n]:
+            diff = next(k for k in range(n) if w.events[k] != first[k])
+            print("watch: two watches differ at event %d: %s vs %s" % (diff, first[diff], w.events[diff]),
+                  file=sys.stderr)
+            ok = False
+    if n == 0 or max(len(w.events) for w in watches) - n > 0:
+        # Both were given a settle time after the load stopped: they must end equal.
+        print("watch: event counts %s" % [len(w.events) for w in watches], file=sys.stderr)
+        ok = ok and n > 0 and all(len(w.events) == n for w in watches)
+    return ok, n, sum(w.reconnects for w in watches)
+
+
 def deposit_until(m, admin, load, want, seconds):
     """Deposits 1 micro-unit to ha0 until `want` are acknowledged or `seconds`
-    pass; an ambiguous failure (the leader died while committing) counts as
-    sent, not acknowledged. Returns how many were acknowledged."""
+    pass (each with an idempotency key; a failed one is resolved later).
+    Returns how many were acknowledged."""
     got = 0
     end = time.time() + seconds
     while got < want and time.time() < end:
-        load.deposits_sent += 1
         try:
-            m.call("admin", "Deposit", m.pb.DepositRequest(tenant="ha0", amount=1), admin, False)
-            load.deposits_acked += 1
+            load.deposit()
             got += 1
         except grpc.RpcError:
             time.sleep(0.1)
@@ -368,13 +511,16 @@ def check_acked(m, admin, load):
         if have > t["sent"]:
             print("order %d: a price beyond anything sent" % t["order"], file=sys.stderr)
             lost += 1
+    # Every deposit carries an idempotency key and the failed ones are sent
+    # again with theirs: each is then acknowledged and must be there exactly once.
+    load.resolve()
     led = m.call("op", "GetLedger", pb.OperatorLedgerRequest(limit=1), admin, True)
-    present = led.deposited - 10**15 * len(load.tenants)
+    present = led.deposited - 10**15 * len(load.tenants) - load.other_deposits
     acked += load.deposits_acked
-    if present < load.deposits_acked or present > load.deposits_sent:
-        print("deposits: %d acknowledged, %d sent, %d present" % (load.deposits_acked, load.deposits_sent, present),
-              file=sys.stderr)
-        lost += max(0, load.deposits_acked - present) + (1 if present > load.deposits_sent else 0)
+    if present != load.deposits_acked:
+        print("deposits: %d acknowledged (%d after a failure, resent with their key), %d sent, %d present" %
+              (load.deposits_acked, load.resolved, load.deposits_sent, present), file=sys.stderr)
+        lost += abs(load.deposits_acked - present)
     conserved = led.deposited == led.tenant_balances + led.operator_revenue
     if not conserved:
         print("money not conserved: deposited %d != balances %d + revenue %d" %
@@ -464,6 +610,17 @@ def pct(xs, p):
 def run_kill(args):
     with Scenario(args, "kill") as s:
         tenants = setup_market(s.m, s.admin, 4)
+        # Two operator watches through every kill, on different replicas and
+        # failing over in different orders, starting after the same event.
+        li = s.reps.wait_leader("a leader")
+        addrs = s.reps.addresses()
+        w1 = ResumingWatch(s.m, s.admin, addrs[li:] + addrs[:li])
+        w2 = ResumingWatch(s.m, s.admin, list(reversed(addrs[li + 1:] + addrs[:li + 1])), w1.start_pos)
+        # And `laissez watch` given every replica, from the same position, until SIGINT.
+        cli_out = open(os.path.join(s.work, "watch.json"), "w")
+        cli = subprocess.Popen([args.laissez, "watch", "--operator", "--json", "--server", ",".join(addrs),
+                                "--token-file", s.reps.admin_file, "--after", "%d.%d" % w1.start_pos],
+                               stdout=cli_out, stderr=subprocess.PIPE, text=True)
         load = Load(s.m, s.admin, tenants)
         load.start()
         failovers = []
@@ -484,12 +641,33 @@ def run_kill(args):
                 s.reps.wait_up(li)
         finally:
             load.finish()
+            w1.finish()
+            w2.finish(0)
+            cli.send_signal(signal.SIGINT)
+            cli_err = cli.communicate(timeout=30)[1]
+            cli_out.close()
         acked, lost, conserved = check_acked(s.m, s.admin, load)
         same, seq = same_digest(s.reps, s.m, s.admin, tenants, range(len(s.reps.p)))
-        ok = ok and lost == 0 and conserved and same and acked > 0
+        watched, events, reconnects = check_watches([w1, w2])
+        try:
+            cli_events = [(e["seq"], e["index"], e["type"]) for e in json.load(open(cli_out.name))]
+        except ValueError as e:
+            cli_events = None
+            print("laissez watch: bad JSON (%s); stderr: %s" % (e, cli_err), file=sys.stderr)
+        cli_ok = cli.returncode == 0 and cli_events is not None and cli_events == w1.events[:len(cli_events)] and \
+            len(w1.events) - len(cli_events) <= 0
+        if not cli_ok:
+            print("laissez watch: rc %d, %s events vs %d: %s" % (cli.returncode, None if cli_events is None else
+                  len(cli_events), len(w1.events), cli_err), file=sys.stderr)
+        watched = watched and cli_ok
+        ok = ok and lost == 0 and conserved and same and acked > 0 and watched
         print("ha-kill: kills=%d acked=%d lost=%d conserved=%s digests_equal=%s seq=%s failover_ms p50=%.0f p99=%.0f "
-              "max=%.0f" % (args.kills, acked, lost, "yes" if conserved else "no", same, seq, pct(failovers, 0.5),
-                            pct(failovers, 0.99), max(failovers) if failovers else float("nan")))
+              "max=%.0f deposits=%d (%d retried after an ambiguous error, %d failed and resent at the end, same key) "
+              "watch: events=%d reconnects=%d "
+              "exactly_once=%s" %
+              (args.kills, acked, lost, "yes" if conserved else "no", same, seq, pct(failovers, 0.5),
+               pct(failovers, 0.99), max(failovers) if failovers else float("nan"), load.deposits_acked,
+               s.m.ambiguous_keyed, load.resolved, events, reconnects, "yes" if watched else "no"))
         return ok
 
 
@@ -565,10 +743,8 @@ def run_members(args):
         seen = []
         t0 = time.time()
         while time.time() - t0 < 30:
-            load.deposits_sent += 1
             try:
-                s.m.call("admin", "Deposit", pb.DepositRequest(tenant="ha0", amount=1), s.admin, False, budget=2)
-                load.deposits_acked += 1
+                load.deposit(budget=2)
             except grpc.RpcError as e:
                 # The call in flight when quorum goes may time out (ambiguous);
                 # after that the replicas refuse with UNAVAILABLE.
@@ -581,10 +757,8 @@ def run_members(args):
         t1 = time.time()
         resumed = None
         while time.time() - t1 < 40:
-            load.deposits_sent += 1
             try:
-                s.m.call("admin", "Deposit", pb.DepositRequest(tenant="ha0", amount=1), s.admin, False, budget=2)
-                load.deposits_acked += 1
+                load.deposit(budget=2)
                 resumed = time.time() - t1
                 break
             except grpc.RpcError:
