@@ -130,7 +130,9 @@ void RegisterRunCommands(CLI::App& app, int* exit_code) {
   const char* env_token = std::getenv("LAISSEZ_TOKEN_FILE");
   f.server = env_server ? env_server : "127.0.0.1:50051";
   f.token_file = env_token ? env_token : "";
-  cmd->add_option("--server", f.server, "Server address HOST:PORT (default $LAISSEZ_SERVER or 127.0.0.1:50051)");
+  cmd->add_option("--server", f.server,
+                  "Server address HOST:PORT, or the replicas of a replicated market HOST:PORT,HOST:PORT,... "
+                  "(calls move to the leader; docs/HA.md) (default $LAISSEZ_SERVER or 127.0.0.1:50051)");
   cmd->add_option("--token-file", f.token_file, "File holding the tenant's bearer token (default $LAISSEZ_TOKEN_FILE)");
   cmd->add_option("--tls-ca", f.tls_ca, "CA certificate (PEM) for a TLS server");
   cmd->add_flag("--json", f.json, "Events as JSON Lines on stdout (one object per line), progress on stderr");

@@ -192,7 +192,9 @@ void AddClientFlags(CLI::App* c, ClientFlags* f) {
   const char* env_token = std::getenv("LAISSEZ_TOKEN_FILE");
   f->server = env_server ? env_server : "127.0.0.1:50051";
   f->token_file = env_token ? env_token : "";
-  c->add_option("--server", f->server, "Server address HOST:PORT (default $LAISSEZ_SERVER or 127.0.0.1:50051)");
+  c->add_option("--server", f->server,
+                "Server address HOST:PORT, or the replicas of a replicated market HOST:PORT,HOST:PORT,... "
+                "(calls move to the leader; docs/HA.md) (default $LAISSEZ_SERVER or 127.0.0.1:50051)");
   c->add_option("--token-file", f->token_file, "File holding the bearer token (default $LAISSEZ_TOKEN_FILE)");
   c->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) for a TLS server");
   c->add_flag("--json", f->json, "Print one JSON document (micro-units, microsecond times)");

@@ -164,7 +164,9 @@ class Watcher {
     reader_ = stub->Watch(&ctx_, q);
     reader_->WaitForInitialMetadata();
     const auto& md = ctx_.GetServerInitialMetadata();
-    if (auto it = md.find("laissez-position"); it != md.end()) position_ = std::string(it->second.data(), it->second.size());
+    if (auto it = md.find("laissez-position"); it != md.end()) {
+      position_ = std::string(it->second.data(), it->second.size());
+    }
     thread_ = std::thread([this] {
       pb::Event e;
       while (reader_->Read(&e)) {
