@@ -109,6 +109,33 @@ TEST_F(ScenarioTest, RelinquishWithoutChallengerFreesTheNode) {
   Check();
 }
 
+// Rule 5: a pending challenger takes a free eligible node at once, also when
+// the node is freed later and cheaper held nodes sit beside it (the search for
+// a free node walks a tree of free nodes that every release must update).
+TEST_F(ScenarioTest, PendingChallengerTakesANodeFreedBesideCheaperHeldOnes) {
+  Make();
+  NodeId n0 = Node("n0"), n1 = Node("n1"), n2 = Node("n2"), n3 = Node("n3");
+  TenantId a = Tenant("a"), b = Tenant("b"), c = Tenant("c");
+  Bid(0, a, Leaf(n0), U);
+  Bid(0, a, Leaf(n1), U);
+  Bid(0, a, Leaf(n2), U);
+  Bid(0, c, Leaf(n3), 9 * U);
+  OrderId ob = Bid(10 * S, b, Vertex("h100x8"), 4 * U);
+  ASSERT_EQ(O(ob).state, OrderState::kPending);  // Contests one of a's nodes: none is free.
+  ASSERT_TRUE(e().Relinquish(20 * S, c, n3).ok());
+  EXPECT_EQ(N(n3).holder, b);
+  EXPECT_FALSE(IsOpen(ob));
+  EXPECT_EQ(N(n0).holder, a);
+  EXPECT_EQ(N(n1).holder, a);
+  EXPECT_EQ(N(n2).holder, a);
+  Check();
+  // n3 is held again: a new order contests rather than taking it.
+  OrderId oc = Bid(30 * S, c, Vertex("h100x8"), 4 * U);
+  EXPECT_EQ(O(oc).state, OrderState::kPending);
+  EXPECT_EQ(N(n3).holder, b);
+  Check();
+}
+
 // ---- Rule 2 / h: hysteresis ----
 
 TEST_F(ScenarioTest, HysteresisRaisesTheBarForChallengers) {

@@ -24,13 +24,18 @@ void MarketEngine::Impl::EnsureIndex() {
     ix.size = 1;
     while (ix.size < order.size()) ix.size <<= 1;
     ix.tree.assign(2 * ix.size, UINT32_MAX);
+    ix.free_tree.assign(2 * ix.size, UINT32_MAX);
     ix.key.assign(order.size(), 0);
     ix.leaf_node.assign(order.begin(), order.end());
     for (uint32_t i = 0; i < order.size(); ++i) {
       ix.key[i] = KeyOf(order[i]);
       ix.tree[ix.size + i] = i;
+      if (IsFree(nodes_[order[i].value])) ix.free_tree[ix.size + i] = i;
     }
-    for (uint32_t i = ix.size - 1; i >= 1; --i) ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+    for (uint32_t i = ix.size - 1; i >= 1; --i) {
+      ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
+      ix.free_tree[i] = Better(ix, ix.free_tree[2 * i], ix.free_tree[2 * i + 1]);
+    }
   }
 }
 
@@ -48,22 +53,32 @@ void MarketEngine::Impl::RefreshNode(NodeId n) {
   if (leaf == UINT32_MAX) return;
   unsigned __int128 k = KeyOf(n);
   Price now_obtain = static_cast<Price>(k >> 64);
+  uint32_t free_entry = IsFree(nodes_[n.value]) ? leaf : UINT32_MAX;
   if (k == ix.key[leaf]) {
+    if (ix.free_tree[ix.size + leaf] != free_entry) Rekey(ix, ix.free_tree, leaf, free_entry);
     AddCandidatesAbove(n, now_obtain);
     return;
   }
   ix.key[leaf] = k;
-  for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) {
-    uint32_t was = ix.tree[i];
-    uint32_t now_best = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
-    ix.tree[i] = now_best;
-    // Above here nothing changes: the same other leaf still wins with the same key.
-    if (now_best == was && now_best != leaf) break;
-  }
+  Rekey(ix, ix.tree, leaf, leaf);
+  // Re-derived even when n stays free: its key moved.
+  Rekey(ix, ix.free_tree, leaf, free_entry);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   AddCandidatesAbove(n, now_obtain);
   if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
+}
+
+void MarketEngine::Impl::Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf,
+                               uint32_t entry) const {
+  tree[ix.size + leaf] = entry;
+  for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) {
+    uint32_t was = tree[i];
+    uint32_t now_best = Better(ix, tree[2 * i], tree[2 * i + 1]);
+    tree[i] = now_best;
+    // Above here nothing changes: the same other leaf still wins with the same key.
+    if (now_best == was && now_best != leaf) break;
+  }
 }
 
 // Orders at the ancestors of n whose price reaches `price` may now cross.
@@ -88,11 +103,13 @@ NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std
     NodeId n = ix.leaf_node[leaf];
     const NodeState& s = nodes_[n.value];
     if (s.holder == o.tenant) return true;
-    if (free_only && (s.holder.valid() || s.order_slot != UINT32_MAX)) return true;
+    if (free_only && !IsFree(s)) return true;
     if (exclude && std::find(exclude->begin(), exclude->end(), n) != exclude->end()) return true;
     return false;
   };
-  uint32_t leaf = FindBest(ix, lo, hi, skip);
+  // A free-only search walks the free leaves' tree: same order, same answer,
+  // without visiting held nodes.
+  uint32_t leaf = FindBestIn(ix, free_only ? ix.free_tree : ix.tree, lo, hi, skip);
   if (leaf == UINT32_MAX || ix.obtain(leaf) == kInfPrice) return NodeId();
   return ix.leaf_node[leaf];
 }

@@ -15,7 +15,9 @@
 //
 // Structure. Per hardware type, nodes are laid out in the topology's leaf order
 // so that every vertex is a contiguous range, and a segment tree over that order
-// finds the node with the lowest obtain price below any vertex in O(log n).
+// finds the node with the lowest obtain price below any vertex in O(log n); a
+// second tree over the same order holds only the free nodes, so the lowest free
+// one is found in O(log n) too, however many held nodes rank before it.
 // Orders rest in per-vertex books sorted by (effective price desc, seq asc); an
 // order constrained by locality rests at the deeper of its scope and the
 // anchor's location, which is exactly the set of nodes it is eligible for.
@@ -282,6 +284,10 @@ class MarketEngine::Impl {
   struct TypeIndex {
     uint32_t size = 1;
     std::vector<uint32_t> tree;     // Leaf index of the subtree minimum; UINT32_MAX if empty.
+    // The same over free leaves only (neither held nor reserved): a search
+    // for a free node skips whole segments without one instead of visiting
+    // every held node below them (issue 12).
+    std::vector<uint32_t> free_tree;
     // Per leaf: obtain << 64 | held << 63 | floor, so one compare orders by
     // (obtain, free first, floor); node id breaks the remaining ties.
     std::vector<unsigned __int128> key;
@@ -413,21 +419,31 @@ class MarketEngine::Impl {
     return LeafLess(ix, a, b) ? a : b;
   }
 
+  // Free: neither held nor reserved for a gang (what a free-only search takes).
+  bool IsFree(const NodeState& s) const { return !s.holder.valid() && s.order_slot == UINT32_MAX; }
   void RefreshNode(NodeId n);
+  // Sets leaf's entry in `tree` (one of ix's trees) and re-derives its ancestors.
+  void Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf, uint32_t entry) const;
   void AddCandidatesAbove(NodeId n, Price price);
 
   // Best leaf in [lo, hi) of type t by LeafLess, skipping leaves that `skip` rejects.
+  // `tree` is ix.tree (every leaf) or ix.free_tree (free leaves only).
   template <typename Skip>
   uint32_t FindBest(const TypeIndex& ix, uint32_t lo, uint32_t hi, Skip&& skip) const {
+    return FindBestIn(ix, ix.tree, lo, hi, skip);
+  }
+  template <typename Skip>
+  uint32_t FindBestIn(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t lo, uint32_t hi,
+                      Skip&& skip) const {
     uint32_t best = UINT32_MAX;
-    FindRec(ix, 1, 0, ix.size, lo, hi, skip, &best);
+    FindRec(ix, tree, 1, 0, ix.size, lo, hi, skip, &best);
     return best;
   }
   template <typename Skip>
-  void FindRec(const TypeIndex& ix, uint32_t node, uint32_t nlo, uint32_t nhi, uint32_t lo, uint32_t hi, Skip& skip,
-               uint32_t* best) const {
+  void FindRec(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t node, uint32_t nlo, uint32_t nhi,
+               uint32_t lo, uint32_t hi, Skip& skip, uint32_t* best) const {
     if (nhi <= lo || hi <= nlo) return;
-    uint32_t m = ix.tree[node];
+    uint32_t m = tree[node];
     if (m == UINT32_MAX) return;
     if (*best != UINT32_MAX && !LeafLess(ix, m, *best)) return;  // Nothing better below.
     if (lo <= nlo && nhi <= hi && !skip(m)) {
@@ -436,8 +452,8 @@ class MarketEngine::Impl {
     }
     if (nhi - nlo == 1) return;
     uint32_t mid = (nlo + nhi) / 2;
-    FindRec(ix, 2 * node, nlo, mid, lo, hi, skip, best);
-    FindRec(ix, 2 * node + 1, mid, nhi, lo, hi, skip, best);
+    FindRec(ix, tree, 2 * node, nlo, mid, lo, hi, skip, best);
+    FindRec(ix, tree, 2 * node + 1, mid, nhi, lo, hi, skip, best);
   }
 
   NodeId BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude = nullptr);
