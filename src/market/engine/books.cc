@@ -61,8 +61,9 @@ void MarketEngine::Impl::RefreshNode(NodeId n) {
   }
   ix.key[leaf] = k;
   Rekey(ix, ix.tree, leaf, leaf);
-  // Re-derived even when n stays free: its key moved.
-  Rekey(ix, ix.free_tree, leaf, free_entry);
+  // A node free before or after moved in the free tree (its key or its
+  // membership changed); one held or reserved throughout is not in it.
+  if (free_entry != UINT32_MAX || ix.free_tree[ix.size + leaf] != UINT32_MAX) Rekey(ix, ix.free_tree, leaf, free_entry);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   AddCandidatesAbove(n, now_obtain);
