@@ -200,6 +200,17 @@ void AddClientFlags(CLI::App* c, ClientFlags* f) {
   c->add_flag("--json", f->json, "Print one JSON document (micro-units, microsecond times)");
 }
 
+// --idempotency-key of a call that is not an absolute set (docs/SERVER.md,
+// "Idempotency keys"): the call goes out with `*key`, or a fresh key, and
+// every retry after UNAVAILABLE carries the same one, so it applies once.
+void AddKeyFlag(CLI::App* c, std::string* key) {
+  c->add_option("--idempotency-key", *key,
+                "An idempotency key for this call (default: a fresh one; every retry after UNAVAILABLE uses it). "
+                "Give the key of an earlier call whose outcome you do not know to get its result without applying "
+                "it twice");
+}
+std::string KeyOrNew(const std::string& key) { return key.empty() ? server::NewIdempotencyKey() : key; }
+
 // --server may list several replicas of a replicated market (docs/HA.md):
 // calls go to one, and move to the leader after an UNAVAILABLE that Retryable
 // allows (grpc_client.h).
@@ -561,17 +572,20 @@ int RunBenchServer(const BenchFlags& b) {
     n->set_zone("z");
     n->set_row("r");
     n->set_rack("k");
+    // Setup calls carry keys too: retried through a failover, applied once.
+    q.set_idempotency_key(server::NewIdempotencyKey());
     pb::AddNodesResponse r;
     grpc::Status g;
     do g = admin.op->AddNodes(admin.Ctx().get(), q, &r);
-    while (!g.ok() && admin.Failover(g, false));
+    while (!g.ok() && admin.Failover(g, true));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: add node: " + g.error_message());
     pb::SetFloorRequest fq;
     fq.set_node(tag + "-n0");
     fq.set_price(1'000'000 * kMicroUnits);
+    fq.set_idempotency_key(server::NewIdempotencyKey());
     pb::PolicyResponse fr;
     do g = admin.op->SetFloor(admin.Ctx().get(), fq, &fr);
-    while (!g.ok() && admin.Failover(g, false));
+    while (!g.ok() && admin.Failover(g, true));
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: floor: " + g.error_message());
   }
   struct Worker {
@@ -585,10 +599,22 @@ int RunBenchServer(const BenchFlags& b) {
     pb::CreateTenantRequest q;
     q.set_name(tag + "-t" + std::to_string(i));
     q.set_balance(1'000'000'000 * kMicroUnits);
+    q.set_idempotency_key(server::NewIdempotencyKey());
     pb::CreateTenantResponse r;
     grpc::Status g;
     do g = admin.admin->CreateTenant(admin.Ctx().get(), q, &r);
-    while (!g.ok() && admin.Failover(g, false));
+    while (!g.ok() && admin.Failover(g, true));
+    if (g.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+        g.error_message().rfind("idempotency_key: already applied", 0) == 0) {
+      // Created by an attempt whose answer was lost, token and all: issue another.
+      pb::IssueTokenRequest iq;
+      iq.set_role("tenant");
+      iq.set_tenant(q.name());
+      pb::IssueTokenResponse ir;
+      do g = admin.admin->IssueToken(admin.Ctx().get(), iq, &ir);
+      while (!g.ok() && admin.Failover(g, false));
+      r.set_token(ir.token());
+    }
     if (!g.ok()) return Fail(as_json, g.error_code(), "bench setup: create tenant: " + g.error_message());
     workers[static_cast<size_t>(i)].token = r.token();
     pb::PlaceOrderRequest pq;
@@ -806,9 +832,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     static std::string scope, price, locality = "any", rel_to, key;
     static uint32_t count = 1;
     AddClientFlags(cmd, &f);
-    cmd->add_option("--idempotency-key", key,
-                    "An idempotency key for this call (default: a fresh one; every retry after UNAVAILABLE uses it). "
-        "Give the key of an earlier call whose outcome you do not know to get its result without applying it twice");
+    AddKeyFlag(cmd, &key);
     cmd->add_option("--scope", scope, "Vertex: TYPE, TYPE/region/zone/row/rack, or a node name")->required();
     cmd->add_option("--price", price, "Limit price per node per hour, in units (e.g. 12.5)")->required();
     cmd->add_option("--count", count, "Nodes (> 1: all-or-nothing gang)");
@@ -828,7 +852,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
             q.set_locality(l);
             q.set_rel_to(rel_to);
             // Retried with the same key on any UNAVAILABLE: placed once.
-            q.set_idempotency_key(key.empty() ? server::NewIdempotencyKey() : key);
+            q.set_idempotency_key(KeyOrNew(key));
             return Status::Ok();
           },
           [&](Client& c, pb::PlaceOrderResponse* r) { return c.tenant->PlaceOrder(c.Ctx().get(), q, r); }, nullptr,
@@ -863,12 +887,16 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     static ClientFlags f;
     static uint64_t order = 0;
     AddClientFlags(cmd, &f);
+    static std::string key;
+    AddKeyFlag(cmd, &key);
     cmd->add_option("order", order, "Order id")->required();
     cmd->callback([exit_code] {
       pb::CancelOrderRequest q;
+      q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
       q.set_order(order);
       *exit_code = RunCall<pb::CancelOrderResponse>(
-          f, nullptr, [&](Client& c, pb::CancelOrderResponse* r) { return c.tenant->CancelOrder(c.Ctx().get(), q, r); });
+          f, nullptr, [&](Client& c, pb::CancelOrderResponse* r) { return c.tenant->CancelOrder(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
     });
   }
   {
@@ -897,12 +925,16 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     static ClientFlags f;
     static std::string node;
     AddClientFlags(cmd, &f);
+    static std::string key;
+    AddKeyFlag(cmd, &key);
     cmd->add_option("node", node, "Node name")->required();
     cmd->callback([exit_code] {
       pb::RelinquishRequest q;
+      q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
       q.set_node(node);
       *exit_code = RunCall<pb::RelinquishResponse>(
-          f, nullptr, [&](Client& c, pb::RelinquishResponse* r) { return c.tenant->Relinquish(c.Ctx().get(), q, r); });
+          f, nullptr, [&](Client& c, pb::RelinquishResponse* r) { return c.tenant->Relinquish(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
     });
   }
   {
@@ -1024,6 +1056,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static std::string file, name, type, region, zone, row, rack;
       static int32_t gpus = 0, memory_gb = 0, power_w = 0;
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("--file", file, "Cluster YAML (docs/CLUSTER_FORMAT.md)");
       cmd->add_option("--name", name, "Node name");
       cmd->add_option("--type", type, "Hardware type, e.g. h100x8");
@@ -1036,6 +1070,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       cmd->add_option("--power-w", power_w);
       cmd->callback([exit_code] {
         pb::AddNodesRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         *exit_code = RunCall<pb::AddNodesResponse>(
             f,
             [&]() -> Status {
@@ -1068,7 +1103,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               o->set_power_w(power_w);
               return Status::Ok();
             },
-            [&](Client& c, pb::AddNodesResponse* r) { return c.op->AddNodes(c.Ctx().get(), q, r); });
+            [&](Client& c, pb::AddNodesResponse* r) { return c.op->AddNodes(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
     {
@@ -1076,12 +1112,15 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static ClientFlags f;
       static std::string node, location, start, end;
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("--node", node, "Node name");
       cmd->add_option("--location", location, "Location path, e.g. eu/eu-1a/r1/k2");
       cmd->add_option("--in", start, "Start after this long (e.g. 10m); default now");
       cmd->add_option("--for", end, "Maintenance length (e.g. 2h); default: for good");
       cmd->callback([exit_code] {
         pb::DrainRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         *exit_code = RunCall<pb::PolicyResponse>(
             f,
             [&]() -> Status {
@@ -1102,7 +1141,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               }
               return Status::Ok();
             },
-            [&](Client& c, pb::PolicyResponse* r) { return c.op->DrainNodes(c.Ctx().get(), q, r); });
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->DrainNodes(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
     {
@@ -1110,12 +1150,16 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static ClientFlags f;
       static std::vector<std::string> names;
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("nodes", names, "Node names")->required();
       cmd->callback([exit_code] {
         pb::RemoveNodesRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         for (const auto& n : names) q.add_nodes(n);
         *exit_code = RunCall<pb::RemoveNodesResponse>(
-            f, nullptr, [&](Client& c, pb::RemoveNodesResponse* r) { return c.op->RemoveNodes(c.Ctx().get(), q, r); });
+            f, nullptr, [&](Client& c, pb::RemoveNodesResponse* r) { return c.op->RemoveNodes(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
     {
@@ -1137,11 +1181,14 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static ClientFlags f;
       static std::string node, location, price;
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("--node", node, "Node name");
       cmd->add_option("--location", location, "Location path (\"\" or omitted: the whole cluster)");
       cmd->add_option("--price", price, "Floor per node per hour, in units")->required();
       cmd->callback([exit_code] {
         pb::SetFloorRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         *exit_code = RunCall<pb::PolicyResponse>(
             f,
             [&]() -> Status {
@@ -1152,7 +1199,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               q.set_price(p);
               return Status::Ok();
             },
-            [&](Client& c, pb::PolicyResponse* r) { return c.op->SetFloor(c.Ctx().get(), q, r); });
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->SetFloor(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
     {
@@ -1160,12 +1208,16 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static ClientFlags f;
       static uint32_t policy = 0;
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("policy", policy, "Policy id")->required();
       cmd->callback([exit_code] {
         pb::RemovePolicyRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         q.set_policy(policy);
         *exit_code = RunCall<pb::RemovePolicyResponse>(
-            f, nullptr, [&](Client& c, pb::RemovePolicyResponse* r) { return c.op->RemovePolicy(c.Ctx().get(), q, r); });
+            f, nullptr, [&](Client& c, pb::RemovePolicyResponse* r) { return c.op->RemovePolicy(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
   }
@@ -1178,11 +1230,14 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     static int64_t cap_w = 0;
     static std::vector<std::string> steps;
     AddClientFlags(cmd, &f);
+    static std::string key;
+    AddKeyFlag(cmd, &key);
     cmd->add_option("--row", row, "Row path, e.g. eu/eu-1a/r1")->required();
     cmd->add_option("--cap-w", cap_w, "Cap in watts")->required();
     cmd->add_option("--step", steps, "UTILIZATION%=FLOOR, e.g. 80=5 or 100=inf (repeatable)")->required();
     cmd->callback([exit_code] {
       pb::PowerCapRequest q;
+      q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
       *exit_code = RunCall<pb::PolicyResponse>(
           f,
           [&]() -> Status {
@@ -1205,7 +1260,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
             }
             return Status::Ok();
           },
-          [&](Client& c, pb::PolicyResponse* r) { return c.op->SetPowerCap(c.Ctx().get(), q, r); });
+          [&](Client& c, pb::PolicyResponse* r) { return c.op->SetPowerCap(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
     });
     {
       auto* cmd = pc->add_subcommand(
@@ -1219,11 +1275,14 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static int64_t cap_w = 0;
       static ControlFlags control{"floor"};
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("--row", row, "Row path, e.g. eu/eu-1a/r1")->required();
       cmd->add_option("--cap-w", cap_w, "Cap in watts")->required();
       control.Add(cmd, "floor", "in units per node-hour");
       cmd->callback([exit_code] {
         pb::AdaptivePowerCapRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         *exit_code = RunCall<pb::PolicyResponse>(
             f,
             [&]() -> Status {
@@ -1232,7 +1291,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               return control.Fill(&q, &pb::AdaptivePowerCapRequest::set_min_floor,
                                   &pb::AdaptivePowerCapRequest::set_max_floor);
             },
-            [&](Client& c, pb::PolicyResponse* r) { return c.op->AddAdaptivePowerCap(c.Ctx().get(), q, r); });
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->AddAdaptivePowerCap(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
     {
@@ -1271,6 +1331,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static std::vector<std::string> intensity;
       static ControlFlags control{"price"};
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("--region", region, "Region path, e.g. eu")->required();
       cmd->add_option("--budget-g-per-h", budget, "Budget in grams CO2 per hour")->required();
       cmd->add_option("--intensity", intensity,
@@ -1280,6 +1342,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       control.Add(cmd, "price", "in units per tonne CO2");
       cmd->callback([exit_code] {
         pb::AdaptiveCarbonBudgetRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         *exit_code = RunCall<pb::PolicyResponse>(
             f,
             [&]() -> Status {
@@ -1304,7 +1367,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               return control.Fill(&q, &pb::AdaptiveCarbonBudgetRequest::set_min_price,
                                   &pb::AdaptiveCarbonBudgetRequest::set_max_price);
             },
-            [&](Client& c, pb::PolicyResponse* r) { return c.op->AddAdaptiveCarbonBudget(c.Ctx().get(), q, r); });
+            [&](Client& c, pb::PolicyResponse* r) { return c.op->AddAdaptiveCarbonBudget(c.Ctx().get(), q, r); }, nullptr,
+            /*idempotent=*/true);
       });
     }
     {
@@ -1416,12 +1480,15 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       static ClientFlags f;
       static std::string name, balance = "0", max_rate, token_out;
       AddClientFlags(cmd, &f);
+      static std::string key;
+      AddKeyFlag(cmd, &key);
       cmd->add_option("name", name, "Tenant name (letters, digits, - _ .)")->required();
       cmd->add_option("--balance", balance, "Initial balance, in units");
       cmd->add_option("--max-rate", max_rate, "Maximum spend per hour, in units (default: none)");
       cmd->add_option("--token-out", token_out, "Write the tenant's token to this file (mode 0600) instead of printing it");
       cmd->callback([exit_code] {
         pb::CreateTenantRequest q;
+        q.set_idempotency_key(KeyOrNew(key));  // Every retry carries it.
         *exit_code = RunCall<pb::CreateTenantResponse>(
             f,
             [&]() -> Status {
@@ -1447,7 +1514,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
                 r->set_token("(written to " + token_out + ")");
               }
               return g;
-            });
+            },
+            nullptr, /*idempotent=*/true);
       });
     }
     {
@@ -1457,9 +1525,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
       AddClientFlags(cmd, &f);
       cmd->add_option("name", name, "Tenant name")->required();
       cmd->add_option("--amount", amount, "Amount, in units")->required();
-      cmd->add_option("--idempotency-key", key,
-                      "An idempotency key for this call (default: a fresh one; every retry after UNAVAILABLE uses it). "
-        "Give the key of an earlier call whose outcome you do not know to get its result without applying it twice");
+      AddKeyFlag(cmd, &key);
       cmd->callback([exit_code] {
         pb::DepositRequest q;
         *exit_code = RunCall<pb::DepositResponse>(
@@ -1469,7 +1535,7 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
               LZ_RETURN_IF_ERROR(ParsePriceFlag(amount, "amount", &a));
               q.set_tenant(name);
               q.set_amount(a);
-              q.set_idempotency_key(key.empty() ? server::NewIdempotencyKey() : key);
+              q.set_idempotency_key(KeyOrNew(key));
               return Status::Ok();
             },
             [&](Client& c, pb::DepositResponse* r) { return c.admin->Deposit(c.Ctx().get(), q, r); }, nullptr,

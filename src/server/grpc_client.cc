@@ -390,8 +390,9 @@ Status GrpcMarketClient::UpdateOrder(OrderId order, Price price) {
 Status GrpcMarketClient::CancelOrder(OrderId order) {
   pb::CancelOrderRequest q;
   q.set_order(order.value);
+  q.set_idempotency_key(NewIdempotencyKey());  // Retried with it: cancelled once, a repeat answers OK.
   pb::CancelOrderResponse r;
-  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->CancelOrder(ctx, q, &r); }, false);
+  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->CancelOrder(ctx, q, &r); }, true);
 }
 
 Status GrpcMarketClient::SetLimit(NodeId node, Price limit) {
@@ -407,8 +408,9 @@ Status GrpcMarketClient::Relinquish(NodeId node) {
   LZ_ASSIGN_OR_RETURN(std::string name, NodeName(node));
   pb::RelinquishRequest q;
   q.set_node(name);
+  q.set_idempotency_key(NewIdempotencyKey());  // Retried with it: released once, a repeat answers OK.
   pb::RelinquishResponse r;
-  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->Relinquish(ctx, q, &r); }, false);
+  return impl_->Call([&](grpc::ClientContext* ctx) { return impl_->stub->Relinquish(ctx, q, &r); }, true);
 }
 
 Result<market::VertexQuote> GrpcMarketClient::Quote(VertexId vertex, bool with_depth) {

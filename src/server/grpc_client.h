@@ -55,8 +55,8 @@ class Endpoints {
 // Whether a call that failed with (`code`, `message`) may be sent again to
 // another endpoint. Any UNAVAILABLE if the call is `idempotent`: reads,
 // updates that set a value (UpdateOrder, SetLimit), and calls that carry an
-// idempotency key (PlaceOrder, Deposit with `idempotency_key`: a repeat of a
-// committed key is not applied again). Otherwise only an UNAVAILABLE that
+// idempotency key (every other mutation but IssueToken, when it carries
+// `idempotency_key`: a repeat of a committed key is not applied again). Otherwise only an UNAVAILABLE that
 // proves the call was not applied: a follower refused it, it never reached a
 // server, or the server had stopped before taking it; a leader that died
 // while committing gives an ambiguous error, which is returned to the caller.

@@ -142,6 +142,7 @@ Status MarketCore::Start(const MarketCreation& creation) {
     ++expect;
     return Status::Ok();
   });
+  pending_.reset();
   LZ_RETURN_IF_ERROR(st);
   replayed_ = expect - 1;
   next_seq_ = expect;
@@ -292,15 +293,25 @@ void MarketCore::Journal(const std::string& actor, const market::Operation& op, 
 }
 
 void MarketCore::RememberKey(const std::string& actor, const std::string& key, const market::Operation& op,
-                             uint64_t created_id) {
+                             uint64_t created_id, uint64_t seq) {
+  std::string id = actor + '\n' + key;
+  auto it = keyed_.find(id);
+  if (it != keyed_.end() && seq > 1 && it->second.last_seq == seq - 1) {
+    // The next operation of the same call.
+    it->second.fingerprint += '\n' + Fingerprint(op);
+    it->second.more_ids.push_back(created_id);
+    it->second.last_seq = seq;
+    return;
+  }
   KeyedOutcome out;
   out.fingerprint = Fingerprint(op);
+  out.time = op.time;
   out.created_id = created_id;
+  out.last_seq = seq;
   if (const auto* d = std::get_if<market::OpDeposit>(&op.body)) {
     auto v = engine_->GetTenant(d->tenant);
     if (v.ok()) out.balance = v->balance;
   }
-  std::string id = actor + '\n' + key;
   if (keyed_.insert_or_assign(id, std::move(out)).second) keyed_order_.push_back(std::move(id));
   while (keyed_order_.size() > options_.idempotency_keys) {
     keyed_.erase(keyed_order_.front());
@@ -319,7 +330,7 @@ Status MarketCore::ApplyRecord(const JournalRecord& r) {
     return DataLoss("journal: record " + std::to_string(r.seq) + " created id " + std::to_string(res.created_id) +
                     ", the journal says " + std::to_string(rec->created_id));
   }
-  if (!rec->idempotency_key.empty()) RememberKey(r.actor, rec->idempotency_key, rec->op, res.created_id);
+  if (!rec->idempotency_key.empty()) RememberKey(r.actor, rec->idempotency_key, rec->op, res.created_id, r.seq);
   return Status::Ok();
 }
 
@@ -464,17 +475,13 @@ market::ApplyResult WriterContext::ApplyKeyed(market::OpBody body, const std::st
                                               int64_t* balance) {
   if (repeated) *repeated = false;
   if (Status w = Writable(); !w.ok()) return {std::move(w), UINT64_MAX};
-  if (!key.empty()) {
+  if (!key.empty() && key != applying_key_) {
     if (Status st = oplog::CheckIdempotencyKey(key, "idempotency_key"); !st.ok()) {
       return {InvalidArgument(st.message()), UINT64_MAX};
     }
     auto it = core_->keyed_.find(*actor_ + '\n' + key);
     if (it != core_->keyed_.end()) {
-      if (it->second.fingerprint != Fingerprint(market::Operation{0, body})) {
-        return {FailedPrecondition("idempotency_key: already used for a different request (" +
-                                   it->second.fingerprint + "); use a new key for a new request"),
-                UINT64_MAX};
-      }
+      if (Status st = SameRequest(it->second, {body}); !st.ok()) return {std::move(st), UINT64_MAX};
       if (repeated) *repeated = true;
       if (balance) *balance = it->second.balance;
       return {Status::Ok(), it->second.created_id};
@@ -490,7 +497,10 @@ market::ApplyResult WriterContext::ApplyKeyed(market::OpBody body, const std::st
   market::ApplyResult r = market::Apply(*core_->engine_, replayed->op);
   if (r.status.ok()) {
     core_->Journal(*actor_, replayed->op, r.created_id, key);
-    if (!key.empty()) core_->RememberKey(*actor_, key, replayed->op, r.created_id);
+    if (!key.empty()) {
+      core_->RememberKey(*actor_, key, replayed->op, r.created_id, core_->next_seq_ - 1);
+      applying_key_ = key;
+    }
     if (balance) {
       if (const auto* d = std::get_if<market::OpDeposit>(&replayed->op.body)) {
         auto v = core_->engine_->GetTenant(d->tenant);
@@ -499,6 +509,28 @@ market::ApplyResult WriterContext::ApplyKeyed(market::OpBody body, const std::st
     }
   }
   return r;
+}
+
+Micros WriterContext::MutationTime() {
+  core_->AdvanceForMutation();
+  return core_->engine_->now();
+}
+
+const KeyedOutcome* WriterContext::Repeat(const std::string& key) const {
+  if (key.empty() || key == applying_key_) return nullptr;
+  auto it = core_->keyed_.find(*actor_ + '\n' + key);
+  return it == core_->keyed_.end() ? nullptr : &it->second;
+}
+
+Status WriterContext::SameRequest(const KeyedOutcome& prior, const std::vector<market::OpBody>& bodies) {
+  std::string fp;
+  for (const auto& b : bodies) {
+    if (!fp.empty()) fp += '\n';
+    fp += Fingerprint(market::Operation{0, b});
+  }
+  if (fp == prior.fingerprint) return Status::Ok();
+  return FailedPrecondition("idempotency_key: already used for a different request (" +
+                            prior.fingerprint.substr(0, 512) + "); use a new key for a new request");
 }
 
 void WriterContext::PutToken(const TokenRecord& record) {

@@ -119,6 +119,17 @@ class Subscription {
 
 class WriterContext;
 
+// What a call made with an idempotency key did (docs/SERVER.md, "Idempotency
+// keys"): enough to answer a repeat with the original result.
+struct KeyedOutcome {
+  std::string fingerprint;  // Its operations' lines without time, id or key, one a line.
+  Micros time = 0;          // The engine time its first operation applied at.
+  uint64_t created_id = UINT64_MAX;  // What its first operation created.
+  std::vector<uint64_t> more_ids;    // What its later operations created (calls of several).
+  int64_t balance = 0;      // The tenant's balance right after it (deposits).
+  uint64_t last_seq = 0;    // Its last journal record.
+};
+
 struct CoreOptions {
   Clock clock;                                         // Default: WallClockMicros.
   std::chrono::milliseconds idle_tick{1000};           // Wake at least this often when idle.
@@ -271,17 +282,14 @@ class MarketCore {
   bool batch_advanced_ = false;
   std::unordered_map<uint32_t, std::string> tenant_names_;
   std::atomic<int> subscriber_count_{0};
-  // Idempotency keys (writer thread): actor + key -> what the keyed
-  // operation did, rebuilt from the journal by replay and replication.
-  struct KeyedOutcome {
-    std::string fingerprint;  // The operation's line without time, id or key.
-    uint64_t created_id = UINT64_MAX;
-    int64_t balance = 0;      // The tenant's balance right after it (deposits).
-  };
+  // Idempotency keys (writer thread): actor + key -> what the keyed call
+  // did, rebuilt from the journal by replay and replication.
   std::unordered_map<std::string, KeyedOutcome> keyed_;
   std::deque<std::string> keyed_order_;
+  // `seq`: the record's journal seq. A record with the key of the record just
+  // before it (same actor) continues that call (a call of several operations).
   void RememberKey(const std::string& actor, const std::string& key, const market::Operation& op,
-                   uint64_t created_id);
+                   uint64_t created_id, uint64_t seq);
   uint64_t event_seq_ = 0;    // Position of the last rendered event.
   uint32_t event_index_ = 0;
   std::chrono::steady_clock::time_point last_advance_;
@@ -333,6 +341,20 @@ class WriterContext {
   // differs from the original.
   market::ApplyResult ApplyKeyed(market::OpBody body, const std::string& key, bool* repeated = nullptr,
                                  int64_t* balance = nullptr);
+  // For calls that check the market before they apply (a repeat would fail
+  // those checks: the order is already cancelled) or apply several
+  // operations: what this actor's earlier call with `key` did, or null (also
+  // for an empty key). Ask first; if null, apply each operation with
+  // ApplyKeyed(body, key): the operations of one call share the key, and a
+  // repeat gets all their results.
+  const KeyedOutcome* Repeat(const std::string& key) const;
+  // The engine time this call's operations apply at (the batch's time advance
+  // is made now if it was not yet): what a keyed repeat's KeyedOutcome::time
+  // says, for a request that means "now".
+  Micros MutationTime();
+  // OK if `bodies` are the operations of `prior`; else FAILED_PRECONDITION
+  // naming `idempotency_key`.
+  static Status SameRequest(const KeyedOutcome& prior, const std::vector<market::OpBody>& bodies);
   // A token change committed with this batch; also applied to the token table
   // once durable... and at once, so later commands in the batch see it.
   void PutToken(const TokenRecord& record);
@@ -347,6 +369,7 @@ class WriterContext {
   WriterContext(MarketCore* core, const std::string* actor) : core_(core), actor_(actor) {}
   MarketCore* core_;
   const std::string* actor_;
+  std::string applying_key_;  // The key this call applies under (its later operations are no repeats).
 };
 
 template <typename T>

@@ -481,9 +481,13 @@ class Server::Services {
 
     grpc::Status CancelOrder(ServerContext* c, const pb::CancelOrderRequest* q, pb::CancelOrderResponse*) override {
       return s_->Call("CancelOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          market::OpBody op = market::OpCancelOrder{p.tenant, OrderId(q->order())};
+          // A repeat answers as the original did, though the order is no longer open.
+          if (const KeyedOutcome* prior = w.Repeat(q->idempotency_key())) return w.SameRequest(*prior, {op});
           LZ_RETURN_IF_ERROR(OwnOrder(w.engine(), p.tenant, q->order()).status());
-          return w.Apply(market::OpCancelOrder{p.tenant, OrderId(q->order())}).status;
+          return w.ApplyKeyed(std::move(op), q->idempotency_key()).status;
         });
       });
     }
@@ -513,10 +517,14 @@ class Server::Services {
     grpc::Status Relinquish(ServerContext* c, const pb::RelinquishRequest* q, pb::RelinquishResponse*) override {
       return s_->Call("Relinquish", c, Need::kTenant, [&](const Principal& p) -> Status {
         LZ_RETURN_IF_ERROR(CheckName(q->node(), "node"));
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
           LZ_ASSIGN_OR_RETURN(NodeId n, FindNodeOr(w.engine(), q->node(), "node"));
+          market::OpBody op = market::OpRelinquish{p.tenant, n};
+          // A repeat answers as the original did, though the node is no longer held.
+          if (const KeyedOutcome* prior = w.Repeat(q->idempotency_key())) return w.SameRequest(*prior, {op});
           LZ_RETURN_IF_ERROR(HeldBy(w, p, n));
-          return w.Apply(market::OpRelinquish{p.tenant, n}).status;
+          return w.ApplyKeyed(std::move(op), q->idempotency_key()).status;
         });
       });
     }
@@ -706,7 +714,17 @@ class Server::Services {
           infos.push_back(topology::NodeInfo{n.name(), n.type(), n.region(), n.zone(), n.row(), n.rack(),
                                              topology::NodeMeta{n.gpus(), n.memory_gb(), n.power_w()}});
         }
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
+        const std::string& key = q->idempotency_key();
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          if (const KeyedOutcome* prior = w.Repeat(key)) {
+            std::vector<market::OpBody> ops;
+            for (const auto& info : infos) ops.push_back(market::OpAddNode{info});
+            LZ_RETURN_IF_ERROR(w.SameRequest(*prior, ops));
+            r->add_node_ids(static_cast<uint32_t>(prior->created_id));
+            for (uint64_t id : prior->more_ids) r->add_node_ids(static_cast<uint32_t>(id));
+            return Status::Ok();
+          }
           const auto& topo = w.engine().topology();
           std::unordered_set<std::string> types;
           for (const auto& info : infos) types.insert(info.type);
@@ -726,7 +744,7 @@ class Server::Services {
             }
           }
           for (const auto& info : infos) {
-            ApplyResult a = w.Apply(market::OpAddNode{info});
+            ApplyResult a = w.ApplyKeyed(market::OpAddNode{info}, key);
             if (!a.status.ok()) return a.status;
             r->add_node_ids(static_cast<uint32_t>(a.created_id));
           }
@@ -755,15 +773,18 @@ class Server::Services {
         if (q->start() < 0) return InvalidArgument("start: must not be negative");
         if (q->end() < 0) return InvalidArgument("end: must not be negative");
         if (q->end() != 0 && q->end() <= q->start()) return InvalidArgument("end: must be after start");
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
           if (q->node().empty() && q->location().empty()) return InvalidArgument("node: give a node or a location");
           LZ_ASSIGN_OR_RETURN(auto target, Target(w, q->node(), q->location()));
+          // "Now" of a repeat is the original's time, so the same request matches.
+          const KeyedOutcome* prior = w.Repeat(q->idempotency_key());
           market::MaintenanceSpec m;
           m.target = target;
-          m.start = std::max(q->start(), w.now());
+          m.start = std::max(q->start(), prior ? prior->time : w.MutationTime());
           m.end = q->end() == 0 ? kNever : q->end();
-          if (m.end <= m.start) return InvalidArgument("end: must be in the future");
-          ApplyResult a = w.Apply(market::OpAddPolicy{m});
+          if (!prior && m.end <= m.start) return InvalidArgument("end: must be in the future");
+          ApplyResult a = w.ApplyKeyed(market::OpAddPolicy{m}, q->idempotency_key());
           if (!a.status.ok()) return a.status;
           return a.created_id;
         }));
@@ -776,7 +797,19 @@ class Server::Services {
       return s_->Call("RemoveNodes", c, Need::kOperator, [&](const Principal& p) -> Status {
         if (q->nodes_size() == 0) return InvalidArgument("nodes: must not be empty");
         if (q->nodes_size() > 10000) return InvalidArgument("nodes: at most 10000 per call");
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
+        const std::string& key = q->idempotency_key();
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          if (const KeyedOutcome* prior = w.Repeat(key)) {
+            std::vector<market::OpBody> ops;
+            for (int i = 0; i < q->nodes_size(); ++i) {
+              // The nodes are gone, but a removed node keeps its name (never reused).
+              auto n = w.engine().topology().FindNode(q->nodes(i));
+              if (!n.ok()) return NotFound("nodes[" + std::to_string(i) + "]: no node named \"" + q->nodes(i) + "\"");
+              ops.push_back(market::OpRemoveNode{*n});
+            }
+            return w.SameRequest(*prior, ops);
+          }
           std::vector<NodeId> ids;
           for (int i = 0; i < q->nodes_size(); ++i) {
             std::string f = "nodes[" + std::to_string(i) + "]";
@@ -788,7 +821,7 @@ class Server::Services {
             ids.push_back(n);
           }
           for (NodeId n : ids) {
-            Status st = w.Apply(market::OpRemoveNode{n}).status;
+            Status st = w.ApplyKeyed(market::OpRemoveNode{n}, key).status;
             if (!st.ok()) return st;
           }
           return Status::Ok();
@@ -801,11 +834,10 @@ class Server::Services {
         LZ_RETURN_IF_ERROR(CheckName(q->node(), "node", false));
         LZ_RETURN_IF_ERROR(CheckName(q->location(), "location", false));
         LZ_RETURN_IF_ERROR(CheckPrice(q->price(), "price"));
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
           LZ_ASSIGN_OR_RETURN(auto target, Target(w, q->node(), q->location()));
-          ApplyResult a = w.Apply(market::OpAddPolicy{market::StaticFloorSpec{target, q->price()}});
-          if (!a.status.ok()) return a.status;
-          return a.created_id;
+          return AddPolicy(w, market::StaticFloorSpec{target, q->price()}, q->idempotency_key());
         }));
         r->set_policy(static_cast<uint32_t>(id));
         return Status::Ok();
@@ -835,8 +867,9 @@ class Server::Services {
       return *l;
     }
 
-    static Result<uint64_t> AddPolicy(WriterContext& w, market::PolicySpec spec) {
-      ApplyResult a = w.Apply(market::OpAddPolicy{std::move(spec)});
+    // A repeat of a keyed call returns the original policy id.
+    static Result<uint64_t> AddPolicy(WriterContext& w, market::PolicySpec spec, const std::string& key) {
+      ApplyResult a = w.ApplyKeyed(market::OpAddPolicy{std::move(spec)}, key);
       if (!a.status.ok()) return a.status;
       return a.created_id;
     }
@@ -859,9 +892,10 @@ class Server::Services {
           if (s.floor() != kInfPrice) LZ_RETURN_IF_ERROR(CheckPrice(s.floor(), f + "floor"));
           spec.steps.emplace_back(s.utilization_ppm(), s.floor());
         }
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
           LZ_ASSIGN_OR_RETURN(spec.row, Row(w, q->row()));
-          return AddPolicy(w, spec);
+          return AddPolicy(w, spec, q->idempotency_key());
         }));
         r->set_policy(static_cast<uint32_t>(id));
         return Status::Ok();
@@ -879,9 +913,10 @@ class Server::Services {
         CopyControl(*q, &spec);
         spec.min_floor = q->min_floor();
         spec.max_floor = q->max_floor();
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
           LZ_ASSIGN_OR_RETURN(spec.row, Row(w, q->row()));
-          return AddPolicy(w, spec);
+          return AddPolicy(w, spec, q->idempotency_key());
         }));
         r->set_policy(static_cast<uint32_t>(id));
         return Status::Ok();
@@ -901,6 +936,7 @@ class Server::Services {
         CopyControl(*q, &spec);
         spec.min_price = q->min_price();
         spec.max_price = q->max_price();
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         LZ_ASSIGN_OR_RETURN(uint64_t id, s_->Exec<uint64_t>(p, [&](WriterContext& w) -> Result<uint64_t> {
           const auto& topo = w.engine().topology();
           auto l = topo.FindLocation(q->region());
@@ -909,7 +945,7 @@ class Server::Services {
             return InvalidArgument("region: \"" + q->region() + "\" is not a region");
           }
           spec.region = *l;
-          return AddPolicy(w, spec);
+          return AddPolicy(w, spec, q->idempotency_key());
         }));
         r->set_policy(static_cast<uint32_t>(id));
         return Status::Ok();
@@ -927,8 +963,10 @@ class Server::Services {
 
     grpc::Status RemovePolicy(ServerContext* c, const pb::RemovePolicyRequest* q, pb::RemovePolicyResponse*) override {
       return s_->Call("RemovePolicy", c, Need::kOperator, [&](const Principal& p) -> Status {
-        return s_->ExecStatus(
-            p, [&](WriterContext& w) { return w.Apply(market::OpRemovePolicy{PolicyId(q->policy())}).status; });
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
+        return s_->ExecStatus(p, [&](WriterContext& w) {
+          return w.ApplyKeyed(market::OpRemovePolicy{PolicyId(q->policy())}, q->idempotency_key()).status;
+        });
       });
     }
 
@@ -1067,13 +1105,23 @@ class Server::Services {
         LZ_RETURN_IF_ERROR(CheckTenantName(q->name()));
         LZ_RETURN_IF_ERROR(CheckAmount(q->balance(), "balance", "micro-units"));
         LZ_RETURN_IF_ERROR(CheckPrice(q->max_rate(), "max_rate"));
+        LZ_RETURN_IF_ERROR(CheckKey(q->idempotency_key()));
         std::string token = NewToken();
         return s_->ExecStatus(p, [&](WriterContext& w) -> Status {
+          Price max_rate = q->max_rate() == 0 ? kInfPrice : q->max_rate();
+          market::OpBody op = market::OpCreateTenant{q->name(), q->balance(), max_rate};
+          if (const KeyedOutcome* prior = w.Repeat(q->idempotency_key())) {
+            // The token is kept only as its hash: it cannot be returned again.
+            LZ_RETURN_IF_ERROR(w.SameRequest(*prior, {op}));
+            return FailedPrecondition("idempotency_key: already applied: this key created tenant \"" + q->name() +
+                                      "\" (tenant_id " + std::to_string(prior->created_id) +
+                                      "); its first token was returned once and is not kept: issue a new one "
+                                      "(IssueToken, role tenant)");
+          }
           if (w.engine().FindTenant(q->name()).ok()) {
             return AlreadyExists("name: a tenant named \"" + q->name() + "\" exists");
           }
-          Price max_rate = q->max_rate() == 0 ? kInfPrice : q->max_rate();
-          ApplyResult a = w.Apply(market::OpCreateTenant{q->name(), q->balance(), max_rate});
+          ApplyResult a = w.ApplyKeyed(std::move(op), q->idempotency_key());
           if (!a.status.ok()) return a.status;
           TenantId id(static_cast<uint32_t>(a.created_id));
           TokenRecord t = NewRecord(w, token, Role::kTenant, id, q->name());

@@ -411,6 +411,174 @@ TEST_F(ServerFixture, IdempotencyKeysApplyOnceAndSurviveRestart) {
   EXPECT_EQ(OperatorLedger().deposited(), deposited0 + 11 * kUnit);
 }
 
+// Every call that is not an absolute set takes an idempotency key
+// (docs/SERVER.md, "Idempotency keys"): a repeat gives the original answer and
+// applies nothing, before and after a restart; the key with other arguments
+// is refused naming the field.
+TEST_F(ServerFixture, EveryNonIdempotentCallTakesAKey) {
+  ServerOptions o = RestartOnDisk("keys.db");
+  Populate();
+  using Answer = std::pair<grpc::Status, std::string>;
+  struct Keyed {
+    std::string key;
+    int records;                         // Journal records the call makes.
+    std::function<Answer(bool other)> run;  // `other`: the same key, other arguments.
+  };
+  auto policy = [](const grpc::Status& st, const pb::PolicyResponse& r) {
+    return Answer(st, st.ok() ? std::to_string(r.policy()) : st.error_message());
+  };
+  uint64_t floor_policy = 0;
+  ASSERT_TRUE(Place(a_, "n1", 20 * kUnit).ok());  // a holds n1 (to relinquish).
+  std::vector<Keyed> calls;
+  calls.push_back({"ct-1", 1, [&](bool other) {
+                     pb::CreateTenantRequest q;
+                     q.set_name("cora");
+                     q.set_balance(other ? 2 * kUnit : kUnit);
+                     q.set_idempotency_key("ct-1");
+                     pb::CreateTenantResponse r;
+                     grpc::Status st = admin_stub_->CreateTenant(Ctx(admin_).get(), q, &r);
+                     return Answer(st, st.ok() ? std::to_string(r.tenant_id()) : st.error_message());
+                   }});
+  calls.push_back({"an-1", 2, [&](bool other) {
+                     pb::AddNodesRequest q;
+                     for (const char* name : {"n5", "n6"}) {
+                       if (other && std::string(name) == "n6") continue;
+                       auto* n = q.add_nodes();
+                       n->set_name(name);
+                       n->set_type("h100x8");
+                       n->set_region("eu");
+                       n->set_zone("eu-1a");
+                       n->set_row("r2");
+                       n->set_rack("k3");
+                     }
+                     q.set_idempotency_key("an-1");
+                     pb::AddNodesResponse r;
+                     grpc::Status st = op_stub_->AddNodes(Ctx(op_).get(), q, &r);
+                     std::string ids;
+                     for (uint32_t id : r.node_ids()) ids += std::to_string(id) + ",";
+                     return Answer(st, st.ok() ? ids : st.error_message());
+                   }});
+  calls.push_back({"sf-1", 1, [&](bool other) {
+                     pb::SetFloorRequest q;
+                     q.set_location("eu");
+                     q.set_price(other ? 60 * kUnit : 50 * kUnit);
+                     q.set_idempotency_key("sf-1");
+                     pb::PolicyResponse r;
+                     grpc::Status st = op_stub_->SetFloor(Ctx(op_).get(), q, &r);
+                     if (st.ok()) floor_policy = r.policy();
+                     return policy(st, r);
+                   }});
+  calls.push_back({"dr-1", 1, [&](bool other) {
+                     pb::DrainRequest q;
+                     q.set_node(other ? "n2" : "n6");  // start 0: now (the original's now, for a repeat).
+                     q.set_idempotency_key("dr-1");
+                     pb::PolicyResponse r;
+                     return policy(op_stub_->DrainNodes(Ctx(op_).get(), q, &r), r);
+                   }});
+  calls.push_back({"pc-1", 1, [&](bool other) {
+                     pb::PowerCapRequest q;
+                     q.set_row("eu/eu-1a/r1");
+                     q.set_cap_w(other ? 30000 : 20000);
+                     auto* s1 = q.add_steps();
+                     s1->set_utilization_ppm(500000);
+                     s1->set_floor(5 * kUnit);
+                     q.set_idempotency_key("pc-1");
+                     pb::PolicyResponse r;
+                     return policy(op_stub_->SetPowerCap(Ctx(op_).get(), q, &r), r);
+                   }});
+  calls.push_back({"rn-1", 1, [&](bool other) {
+                     pb::RemoveNodesRequest q;
+                     q.add_nodes(other ? "n2" : "n5");
+                     q.set_idempotency_key("rn-1");
+                     pb::RemoveNodesResponse r;
+                     grpc::Status st = op_stub_->RemoveNodes(Ctx(op_).get(), q, &r);
+                     return Answer(st, st.error_message());
+                   }});
+  calls.push_back({"rl-1", 1, [&](bool other) {
+                     pb::RelinquishRequest q;
+                     q.set_node(other ? "n2" : "n1");
+                     q.set_idempotency_key("rl-1");
+                     pb::RelinquishResponse r;
+                     grpc::Status st = tenant_stub_->Relinquish(Ctx(a_).get(), q, &r);
+                     return Answer(st, st.error_message());
+                   }});
+  uint64_t resting = 0;  // Under the 50-unit floor: rests.
+  bool placed = false;
+  calls.push_back({"co-1", 1, [&](bool other) {
+                     if (!placed) {
+                       EXPECT_TRUE(Place(a_, "h100x8", 10 * kUnit, &resting).ok());
+                       placed = true;
+                     }
+                     pb::CancelOrderRequest q;
+                     q.set_order(other ? resting + 1000 : resting);
+                     q.set_idempotency_key("co-1");
+                     pb::CancelOrderResponse r;
+                     grpc::Status st = tenant_stub_->CancelOrder(Ctx(a_).get(), q, &r);
+                     return Answer(st, st.error_message());
+                   }});
+  calls.push_back({"rp-1", 1, [&](bool other) {
+                     pb::RemovePolicyRequest q;
+                     q.set_policy(other ? static_cast<uint32_t>(floor_policy + 1000) : static_cast<uint32_t>(floor_policy));
+                     q.set_idempotency_key("rp-1");
+                     pb::RemovePolicyResponse r;
+                     grpc::Status st = op_stub_->RemovePolicy(Ctx(op_).get(), q, &r);
+                     return Answer(st, st.error_message());
+                   }});
+  auto records_with = [&](const std::string& key) {
+    pb::AuditLogRequest q;
+    q.set_limit(10000);
+    pb::AuditLogResponse r;
+    EXPECT_TRUE(op_stub_->GetAuditLog(Ctx(op_).get(), q, &r).ok());
+    int n = 0;
+    for (const auto& rec : r.records()) n += rec.operation().find("\"key\":\"" + key + "\"") != std::string::npos;
+    return n;
+  };
+  auto expect_refused = [&](const Keyed& c) {
+    Answer bad = c.run(true);
+    EXPECT_EQ(bad.first.error_code(), StatusCode::FAILED_PRECONDITION) << c.key << ": " << bad.second;
+    EXPECT_EQ(bad.second.rfind("idempotency_key: already used for a different request", 0), 0u) << c.key;
+  };
+  std::vector<Answer> first;
+  for (const auto& c : calls) {
+    first.push_back(c.run(false));
+    EXPECT_TRUE(first.back().first.ok()) << c.key << ": " << first.back().second;
+    Answer again = c.run(false);
+    if (c.key == "ct-1") {
+      // The tenant's first token is not kept: the repeat says it was applied.
+      EXPECT_EQ(again.first.error_code(), StatusCode::FAILED_PRECONDITION) << again.second;
+      EXPECT_EQ(again.second.rfind("idempotency_key: already applied: this key created tenant \"cora\" (tenant_id " +
+                                       first.back().second + ")",
+                                   0),
+                0u)
+          << again.second;
+    } else {
+      EXPECT_TRUE(again.first.ok()) << c.key << " repeated: " << again.second;
+      EXPECT_EQ(again.second, first.back().second) << c.key << ": a repeat must give the original answer";
+    }
+    EXPECT_EQ(records_with(c.key), c.records) << c.key << ": applied more than once";
+    expect_refused(c);
+  }
+  // After a restart the keys are rebuilt from the journal: same answers, nothing applied.
+  server_->Shutdown();
+  StartServer(o);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Answer again = calls[i].run(false);
+    if (calls[i].key == "ct-1") {
+      EXPECT_EQ(again.first.error_code(), StatusCode::FAILED_PRECONDITION) << again.second;
+    } else {
+      EXPECT_TRUE(again.first.ok()) << calls[i].key << " after restart: " << again.second;
+      EXPECT_EQ(again.second, first[i].second) << calls[i].key;
+    }
+    EXPECT_EQ(records_with(calls[i].key), calls[i].records) << calls[i].key << ": applied again after the restart";
+    expect_refused(calls[i]);
+  }
+  // Without a key, a repeat is a new call: cancelling again is NOT_FOUND.
+  pb::CancelOrderRequest q;
+  q.set_order(resting);
+  pb::CancelOrderResponse r;
+  EXPECT_EQ(tenant_stub_->CancelOrder(Ctx(a_).get(), q, &r).error_code(), StatusCode::NOT_FOUND);
+}
+
 // The event ring starts with the process: a position from before a restart
 // is OUT_OF_RANGE (the single server and the replicas share this code).
 TEST_F(ServerFixture, ResumeFromBeforeARestartIsOutOfRange) {
