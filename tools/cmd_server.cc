@@ -818,6 +818,11 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
                     "Cluster YAML: the nodes of a new market (created in the same transaction); on an existing "
                     "market every node must already be there, or the server refuses to start");
     cmd->add_flag("--init", o.init, "Create a new market; refuse to start if the database already holds one");
+    cmd->add_option("--watch-ring", o.core.event_ring,
+                    "Recent events kept for watches that resume (refilled from the journal on start); 0 keeps none "
+                    "(a resume is then OUT_OF_RANGE)")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{0}, size_t{16777216}));
     cmd->callback([exit_code] {
       o.core.idle_tick = std::chrono::milliseconds(std::max<int64_t>(tick_ms, 1));
       o.snapshot_every = std::chrono::milliseconds(snapshot_ms);

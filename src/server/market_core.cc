@@ -132,13 +132,28 @@ Status MarketCore::Start(const MarketCreation& creation) {
     tokens_->Put(t);
     next_token_id_ = std::max(next_token_id_, t.id + 1);
   }
-  // Replay: every record decodes and applies exactly as it did live.
+  // Replay: every record decodes and applies exactly as it did live. The
+  // events of the last `event_ring` records refill the ring, with the
+  // positions they had live, so a watch resumes across a restart.
+  uint64_t ring_from = UINT64_MAX;
+  if (options_.event_ring > 0) {
+    LZ_ASSIGN_OR_RETURN(std::vector<JournalRecord> last, store_->RecentJournal(1));
+    if (!last.empty()) ring_from = last.back().seq > options_.event_ring ? last.back().seq - options_.event_ring + 1 : 1;
+  }
   uint64_t expect = 1;
   Status st = store_->ReadJournal(0, [&](const JournalRecord& r) -> Status {
     if (r.seq != expect) {
       return DataLoss("journal: record " + std::to_string(expect) + " missing (next is " + std::to_string(r.seq) + ")");
     }
+    if (r.seq == ring_from) {
+      pending_ = std::make_unique<Pending>();  // The sink renders from here on.
+      std::lock_guard lock(subs_mu_);
+      delivered_ = EventPos::AllOf(r.seq - 1);
+      ring_floor_ = r.seq == 1 ? EventPos{} : delivered_;  // From the very first event.
+    }
+    next_seq_ = r.seq;  // The seq the sink gives this record's events.
     LZ_RETURN_IF_ERROR(ApplyRecord(r));
+    if (pending_) RingReplayed(r.seq);
     ++expect;
     return Status::Ok();
   });
@@ -183,14 +198,15 @@ Status MarketCore::Start(const MarketCreation& creation) {
     }
   }
   if (!options_.follower) LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
+  // The catch-up advance's events follow the replayed ones in the ring.
+  if (replayed_ + 1 >= ring_from || replayed_ == 0) {
+    RingReplayed(next_seq_ - 1);
+  } else {
+    std::lock_guard lock(subs_mu_);
+    ring_floor_ = delivered_ = EventPos::AllOf(next_seq_ - 1);  // No ring (event_ring 0).
+  }
   pending_.reset();
   applied_seq_.store(next_seq_ - 1);
-  {
-    // The ring starts here: events of the replay and of the catch-up advance
-    // are not kept.
-    std::lock_guard lock(subs_mu_);
-    ring_floor_ = delivered_ = EventPos::AllOf(next_seq_ - 1);
-  }
   metrics_->journal_seq = static_cast<int64_t>(next_seq_ - 1);
   metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
   metrics_->resting_orders.store(static_cast<int64_t>(engine_->resting_order_count()), std::memory_order_relaxed);
@@ -317,6 +333,23 @@ void MarketCore::RememberKey(const std::string& actor, const std::string& key, c
     keyed_.erase(keyed_order_.front());
     keyed_order_.pop_front();
   }
+}
+
+void MarketCore::PushRing(WireEvent e) {
+  if (options_.event_ring == 0) return;
+  if (ring_.size() >= options_.event_ring) {
+    ring_floor_ = ring_.front().pos;
+    ring_.pop_front();
+  }
+  ring_.push_back(std::move(e));
+}
+
+void MarketCore::RingReplayed(uint64_t seq) {
+  std::lock_guard lock(subs_mu_);
+  for (WireEvent& e : pending_->events) PushRing(std::move(e));
+  pending_->events.clear();
+  delivered_ = std::max(delivered_, EventPos::AllOf(seq));
+  if (options_.event_ring == 0) ring_floor_ = delivered_;
 }
 
 Status MarketCore::ApplyRecord(const JournalRecord& r) {
@@ -720,12 +753,7 @@ void MarketCore::CommitterLoop() {
           for (auto& s : subs_) {
             if (s->Wants(e)) s->Push(e);
           }
-          if (options_.event_ring == 0) continue;
-          if (ring_.size() >= options_.event_ring) {
-            ring_floor_ = ring_.front().pos;
-            ring_.pop_front();
-          }
-          ring_.push_back(std::move(e));
+          PushRing(std::move(e));
         }
         if (p->last_seq > 0) delivered_ = std::max(delivered_, EventPos::AllOf(p->last_seq));
         if (options_.event_ring == 0) ring_floor_ = delivered_;

@@ -258,6 +258,11 @@ class MarketCore {
   std::string FailedMessage() const;
   // Applies one journal record to the engine as replay does.
   Status ApplyRecord(const JournalRecord& r);
+  // Under subs_mu_: keeps `e` in the ring, dropping the oldest beyond event_ring.
+  void PushRing(WireEvent e);
+  // Start: moves the events rendered so far (pending_) into the ring, which
+  // then covers everything up to record `seq`.
+  void RingReplayed(uint64_t seq);
   Status RunAndWait(Work work);
 
   Store* store_;

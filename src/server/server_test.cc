@@ -579,22 +579,71 @@ TEST_F(ServerFixture, EveryNonIdempotentCallTakesAKey) {
   EXPECT_EQ(tenant_stub_->CancelOrder(Ctx(a_).get(), q, &r).error_code(), StatusCode::NOT_FOUND);
 }
 
-// The event ring starts with the process: a position from before a restart
-// is OUT_OF_RANGE (the single server and the replicas share this code).
-TEST_F(ServerFixture, ResumeFromBeforeARestartIsOutOfRange) {
+// The event ring is refilled from the journal when the server starts: a
+// watcher that saw events before a restart resumes after its last position
+// and gets exactly what an uninterrupted watch from the beginning would have
+// shown after it (same positions, no gap, no duplicate).
+TEST_F(ServerFixture, ResumeFromBeforeARestartContinuesExactly) {
   ServerOptions o = RestartOnDisk("ring.db");
   Populate();
-  pb::Event last;
+  std::vector<pb::Event> before;
+  pb::WatchRequest from_start;  // Where the first watch started.
+  from_start.set_resume(true);
   {
     Watcher all(op_stub_.get(), op_, pb::WatchRequest());
+    auto p0 = ParseWatchPosition(all.position(), "laissez-position");
+    ASSERT_TRUE(p0.ok()) << all.position();
+    from_start.set_after_seq(p0->seq);
+    from_start.set_after_index(p0->index);
     ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());
-    ASSERT_TRUE(all.WaitFor(Type("allocated"), &last));
+    ASSERT_TRUE(Place(b_, "h100x8", 12 * kUnit).ok());
+    before = Settled(all);
+    ASSERT_GE(before.size(), 2u);
   }
   server_->Shutdown();
   StartServer(o);
-  Watcher resumed(op_stub_.get(), op_, After(last));
+  Watcher resumed(op_stub_.get(), op_, After(before.back()));
+  ASSERT_TRUE(Place(a_, "l4", 5 * kUnit).ok());
+  std::vector<pb::Event> after = Settled(resumed);
+  ASSERT_FALSE(after.empty());
+  // The uninterrupted history since the first watch began, from the ring.
+  Watcher whole(op_stub_.get(), op_, from_start);
+  std::vector<pb::Event> all = Settled(whole);
+  ASSERT_EQ(all.size(), before.size() + after.size()) << "a resume across the restart lost or repeated events";
+  // Those before the restart as they were seen live, then the resumed ones.
+  ExpectSameEvents(std::vector<pb::Event>(all.begin(), all.begin() + static_cast<ptrdiff_t>(before.size())), before,
+                   0, before.size());
+  std::vector<pb::Event> joined = before;
+  joined.insert(joined.end(), after.begin(), after.end());
+  ExpectSameEvents(all, joined, 0, joined.size());
+}
+
+// With a small ring, a restart keeps only the last records' events: a
+// position older than that is OUT_OF_RANGE, as it would be live.
+TEST_F(ServerFixture, ResumeFromBeforeTheRefilledRingIsOutOfRange) {
+  ServerOptions o = RestartOnDisk("ring2.db");
+  Populate();
+  pb::Event first;
+  {
+    Watcher all(op_stub_.get(), op_, pb::WatchRequest());
+    ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());
+    ASSERT_TRUE(all.WaitFor(Type("allocated"), &first));
+  }
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Place(b_, "l4", (1 + i) * kUnit).ok());
+  server_->Shutdown();
+  o.core.event_ring = 3;
+  StartServer(o);
+  Watcher resumed(op_stub_.get(), op_, After(first));
   grpc::Status st = resumed.WaitEnd();
   EXPECT_EQ(st.error_code(), StatusCode::OUT_OF_RANGE) << st.error_message();
+  // With the ring off, nothing is kept: any resume from the past is OUT_OF_RANGE.
+  server_->Shutdown();
+  o.core.event_ring = 0;
+  StartServer(o);
+  pb::WatchRequest from_start;
+  from_start.set_resume(true);
+  Watcher none(op_stub_.get(), op_, from_start);
+  EXPECT_EQ(none.WaitEnd().error_code(), StatusCode::OUT_OF_RANGE);
 }
 
 TEST_F(ServerFixture, GraceDeadlineTransfersTheNode) {

@@ -393,8 +393,8 @@ class ResumingWatch:
             except grpc.RpcError as e:
                 if self.stop.is_set():
                     return
-                # A replica restarted since keeps no events from before its
-                # restart (OUT_OF_RANGE): another one may still have them.
+                # A replica whose ring no longer reaches back (OUT_OF_RANGE):
+                # another one may still have the events.
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
                     out_of_range += 1
                 if (e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OUT_OF_RANGE) or
