@@ -36,7 +36,7 @@ def _find_built_parts() -> None:
 _find_built_parts()
 
 from .units import MICRO_UNITS, MICROS_PER_SECOND, MICROS_PER_HOUR, INF_PRICE, units, format_money  # noqa: E402
-from .client import Client, LaissezError  # noqa: E402
+from .client import Client, Endpoints, LaissezError, Watch, new_idempotency_key  # noqa: E402
 from .adapter import (  # noqa: E402
     BudgetCapped,
     Connection,

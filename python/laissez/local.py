@@ -26,17 +26,29 @@ class LocalMarket:
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="laissez-market-")
         os.makedirs(self.workdir, exist_ok=True)
+        self._cluster = cluster
+        self._start_timeout = start_timeout
         db = os.path.join(self.workdir, "market.db")
         self._log = open(os.path.join(self.workdir, "server.log"), "w+")
-        self._server = subprocess.Popen(
-            [laissez, "serve", "--db", db, "--listen", "127.0.0.1:0", "--cluster", cluster, "--tick-ms", "100"],
-            stderr=self._log, stdin=subprocess.DEVNULL)
+        self._start("127.0.0.1:0")
+        self.admin_token_file = db + ".admin-token"
         deadline = time.monotonic() + start_timeout
+        while not os.path.exists(self.admin_token_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _start(self, listen: str) -> None:
+        db = os.path.join(self.workdir, "market.db")
+        self._log.seek(0, os.SEEK_END)
+        skip = self._log.tell()  # Read only what this start writes.
+        self._server = subprocess.Popen(
+            [self.laissez, "serve", "--db", db, "--listen", listen, "--cluster", self._cluster, "--tick-ms", "100"],
+            stderr=self._log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self._start_timeout
         port = None
         while time.monotonic() < deadline and port is None:
             if self._server.poll() is not None:
                 break
-            self._log.seek(0)
+            self._log.seek(skip)
             m = re.search(r"gRPC port (\d+)", self._log.read())
             if m:
                 port = m.group(1)
@@ -48,9 +60,22 @@ class LocalMarket:
             self.close()
             raise RuntimeError("laissez serve did not start:\n" + log)
         self.address = "127.0.0.1:" + port
-        self.admin_token_file = db + ".admin-token"
-        while not os.path.exists(self.admin_token_file) and time.monotonic() < deadline:
-            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stops the server (SIGTERM: it drains, commits and ends its streams with UNAVAILABLE)."""
+        if self._server.poll() is None:
+            self._server.terminate()
+            try:
+                self._server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._server.kill()
+                self._server.wait()
+
+    def restart(self) -> None:
+        """Stops the server and starts it again on the same port and journal (as after a
+        crash or an upgrade): clients see UNAVAILABLE in between and carry on."""
+        self.stop()
+        self._start(self.address)
 
     def cli(self, *args: str, token_file: Optional[str] = None, check: bool = True) -> subprocess.CompletedProcess:
         """Runs ``laissez ARGS --server ADDRESS --token-file FILE`` (admin by default)."""
@@ -78,13 +103,7 @@ class LocalMarket:
 
     def close(self) -> None:
         """Stops the server and removes a temporary work folder."""
-        if self._server.poll() is None:
-            self._server.terminate()
-            try:
-                self._server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._server.kill()
-                self._server.wait()
+        self.stop()
         self._log.close()
         if self._own_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)

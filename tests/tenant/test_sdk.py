@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,81 @@ class SdkTest(unittest.TestCase):
         reader.join(10)
         self.assertFalse(reader.is_alive())
         c.close()
+
+    def test_failover_keys_and_watch_resume_across_a_restart(self):
+        # The leader a follower's refusal names, else the next address.
+        eps = laissez.Endpoints("a:1, b:2")
+        eps.next("not the leader: this replica follows; the leader is c:3 (leader=c:3)")
+        self.assertEqual(eps.address(), "c:3")
+        eps.next("failed to connect to all addresses")
+        self.assertEqual(eps.address(), "a:1")
+        eps.next("not the leader: ... (leader=b:2)")
+        self.assertEqual(eps.address(), "b:2")
+        with self.assertRaises(ValueError):
+            laissez.Endpoints(" , ")
+        self.assertFalse(laissez.client.retryable("UNAVAILABLE", "Socket closed", False))
+        self.assertTrue(laissez.client.retryable("UNAVAILABLE", "Socket closed", True))
+        self.assertFalse(laissez.client.retryable("NOT_FOUND", "order: no order 3", True))
+
+        market = laissez.LocalMarket(ARGS.laissez, CLUSTER)  # Its own: this test restarts it.
+        try:
+            path = market.create_tenant("fo", "500")
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            dead = "127.0.0.1:%d" % s.getsockname()[1]
+            s.close()  # Nobody listens there.
+            c = laissez.Client(",".join([dead, market.address]), token_file=path, timeout=10)
+            self.assertEqual(c.balance().tenant, "fo")
+            self.assertEqual(c.address, market.address, "the client moved past the dead address")
+            w = c.watch(["h100x8"])
+            start = w.position
+            self.assertIsNotNone(start)
+            events = []
+            reader = threading.Thread(target=lambda: events.extend(w))
+            reader.start()
+            c.place_order("gpu-a", units(3))
+            self.assertTrue(wait_for(lambda: any(e.type == "allocated" for e in events)))
+            market.restart()
+            # The first call after the restart may meet the old connection (UNAVAILABLE): it
+            # is sent again with the same key, so it places one order.
+            c.place_order("gpu-b", units(3))
+            self.assertTrue(wait_for(lambda: sum(e.type == "allocated" for e in events) == 2))
+            key = laissez.new_idempotency_key()
+            rest = c.place_order("h100x8", units(1), idempotency_key=key)
+            self.assertEqual(c.place_order("h100x8", units(1), idempotency_key=key), rest)
+            self.assertEqual([o.id for o in c.list_orders()], [rest], "a repeat placed a second order")
+            with self.assertRaises(laissez.LaissezError) as cm:
+                c.place_order("h100x8", units(2), idempotency_key=key)
+            self.assertEqual(cm.exception.code, "FAILED_PRECONDITION")
+            self.assertTrue(cm.exception.message.startswith("idempotency_key:"), cm.exception.message)
+            ckey = laissez.new_idempotency_key()
+            c.cancel_order(rest, idempotency_key=ckey)
+            c.cancel_order(rest, idempotency_key=ckey)  # The original answer (OK), not NOT_FOUND.
+            rkey = laissez.new_idempotency_key()
+            c.relinquish("gpu-b", idempotency_key=rkey)
+            c.relinquish("gpu-b", idempotency_key=rkey)
+            self.assertEqual([n.node for n in c.list_nodes()], ["gpu-a"])
+            self.assertTrue(wait_for(lambda: any(e.type == "released" for e in events)))
+            time.sleep(0.5)
+            # The same stream, resumed across the restart, against one read after the fact
+            # from where it started: the same events at the same positions.
+            whole = c.watch(["h100x8"], after=start)
+            replay = []
+            r2 = threading.Thread(target=lambda: replay.extend(whole))
+            r2.start()
+            self.assertTrue(wait_for(lambda: len(replay) >= len(events)))
+            time.sleep(0.3)
+            w.close()
+            whole.close()
+            reader.join(10)
+            r2.join(10)
+            self.assertGreaterEqual(w.reconnects, 1)
+            key_of = lambda e: (e.seq, e.index, e.type, e.node)  # noqa: E731
+            self.assertEqual([key_of(e) for e in events], [key_of(e) for e in replay],
+                             "the resumed watch lost or repeated events")
+            c.close()
+        finally:
+            market.close()
 
     def test_adapter_with_python_callback(self):
         path, token = self.token("pyadapter")
