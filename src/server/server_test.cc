@@ -486,6 +486,20 @@ TEST_F(ServerFixture, EveryNonIdempotentCallTakesAKey) {
                      pb::PolicyResponse r;
                      return policy(op_stub_->SetPowerCap(Ctx(op_).get(), q, &r), r);
                    }});
+  calls.push_back({"ap-1", 1, [&](bool other) {
+                     pb::AdaptivePowerCapRequest q = AdaptiveCap();
+                     if (other) q.set_cap_w(25000);
+                     q.set_idempotency_key("ap-1");
+                     pb::PolicyResponse r;
+                     return policy(op_stub_->AddAdaptivePowerCap(Ctx(op_).get(), q, &r), r);
+                   }});
+  calls.push_back({"cb-1", 1, [&](bool other) {
+                     pb::AdaptiveCarbonBudgetRequest q = CarbonBudget();
+                     if (other) q.set_budget_g_per_h(6'000);
+                     q.set_idempotency_key("cb-1");
+                     pb::PolicyResponse r;
+                     return policy(op_stub_->AddAdaptiveCarbonBudget(Ctx(op_).get(), q, &r), r);
+                   }});
   calls.push_back({"rn-1", 1, [&](bool other) {
                      pb::RemoveNodesRequest q;
                      q.add_nodes(other ? "n2" : "n5");
