@@ -492,6 +492,45 @@ def setup_market(m, admin, ntenants):
     return tenants
 
 
+def keyed_calls(m, admin, token):
+    """One keyed mutation of each kind, made on the current leader:
+    (kind, method, request, token, answer); answer None for CreateTenant,
+    whose repeat says "already applied" (its token is not kept)."""
+    pb = m.pb
+    out = []
+    for kind, method, req, tok in [
+            ("op", "AddNodes", pb.AddNodesRequest(nodes=[pb.NodeSpec(
+                name="ha-k1", type="hagpu", region="x", zone="z", row="r", rack="k")], idempotency_key="k-add"),
+             admin),
+            ("op", "SetFloor", pb.SetFloorRequest(node="ha-k1", price=FLOOR, idempotency_key="k-floor"), admin),
+            ("tenant", "PlaceOrder", pb.PlaceOrderRequest(scope="hagpu", price=BASE, idempotency_key="k-order"),
+             token)]:
+        out.append((kind, method, req, tok, m.call(kind, method, req, tok, True)))
+    cancel = pb.CancelOrderRequest(order=out[-1][4].order, idempotency_key="k-cancel")
+    out.append(("tenant", "CancelOrder", cancel, token, m.call("tenant", "CancelOrder", cancel, token, True)))
+    ct = pb.CreateTenantRequest(name="ha-k", balance=1, idempotency_key="k-tenant")
+    m.call("admin", "CreateTenant", ct, admin, True)
+    out.append(("admin", "CreateTenant", ct, admin, None))
+    return out
+
+
+def repeat_keyed(m, calls):
+    """Sends each keyed call again (to whichever replica leads now): each must
+    give its original answer and apply nothing (a second AddNodes, cancel or
+    CreateTenant would fail otherwise). Returns what went wrong."""
+    bad = []
+    for kind, method, req, tok, answer in calls:
+        try:
+            again = m.call(kind, method, req, tok, True)
+            if answer is None or again != answer:
+                bad.append("%s: %r, originally %r" % (method, again, answer))
+        except grpc.RpcError as e:
+            if not (answer is None and e.code() == grpc.StatusCode.FAILED_PRECONDITION and
+                    "already applied" in (e.details() or "")):
+                bad.append("%s: %s: %s" % (method, e.code().name, e.details()))
+    return bad
+
+
 def check_acked(m, admin, load):
     """Returns (acked, lost, conserved) as read through the leader."""
     pb = m.pb
@@ -676,6 +715,7 @@ def run_fence(args):
         pb = s.m.pb
         tenants = setup_market(s.m, s.admin, 2)
         old = s.reps.wait_leader("a leader")
+        keyed = keyed_calls(s.m, s.admin, tenants[0]["token"])
         led0 = s.m.call("op", "GetLedger", pb.OperatorLedgerRequest(limit=1), s.admin, True).deposited
         s.reps.p[old].send_signal(signal.SIGSTOP)
         t0 = time.time()
@@ -699,6 +739,8 @@ def run_fence(args):
         s.m.cur = new
         load = Load(s.m, s.admin, tenants)
         wrote = deposit_until(s.m, s.admin, load, 5, 30)
+        # Keyed calls the old leader committed, repeated on the new one.
+        keyed_bad = repeat_keyed(s.m, keyed)
         time.sleep(1.0)
         s.reps.p[old].send_signal(signal.SIGCONT)
         th.join(timeout=40)
@@ -721,10 +763,12 @@ def run_fence(args):
         if not cli_ok:
             print("CLI failover: rc %d, deposited +%d: %s" % (cli.returncode, led2 - led1, cli.stderr), file=sys.stderr)
         ok = (not appended_777) and stepped and pending.get("result") != "acknowledged" and same and new != old
-        ok = ok and cli_ok and wrote == 5
+        ok = ok and cli_ok and wrote == 5 and not keyed_bad
         print("ha-fence: new_leader_after=%.1fs deposit_to_paused_leader=%r deposited_delta=%d (%d acknowledged) "
-              "old_leader_stepped_down=%s digests_equal=%s cli_failover_ok=%s step_down_log=%r" %
+              "old_leader_stepped_down=%s digests_equal=%s cli_failover_ok=%s keyed_repeats_on_new_leader=%s "
+              "step_down_log=%r" %
               (took_over, pending.get("result"), led1 - led0, load.deposits_acked, bool(stepped), same, cli_ok,
+               "ok (%d calls)" % len(keyed) if not keyed_bad else keyed_bad,
                [l for l in log.splitlines() if "stepping down" in l][:1]))
         return ok
 
