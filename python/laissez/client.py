@@ -8,7 +8,7 @@ reason (``INVALID_ARGUMENT: price: must not be negative``).
 Replicated markets (docs/HA.md): ``address`` may list several replicas (a list, or
 ``"HOST:PORT,HOST:PORT"``). Calls go to one; on UNAVAILABLE the client moves to the leader
 the refusal names (``leader=HOST:PORT``), else to the next address, and sends the call again
-when that is safe: reads, absolute sets (``update_order``, ``set_limit``) and calls with an
+when that is safe: reads, absolute sets (``update_order``, ``set_limit``, ``stream_updates``) and calls with an
 idempotency key (``place_order``, ``cancel_order``, ``relinquish`` send a fresh key per call
 and every retry with the same key, so each applies once); other calls only when the error
 proves they were not applied. It keeps trying for up to 15 s (``failover_budget``).
@@ -197,12 +197,40 @@ class Client:
 
     def stream_updates(self, updates: Iterable[tuple]) -> List[pb.UpdateOrderResponse]:
         """Sends ``(order, price)`` updates over one bidirectional stream; returns one ack
-        per update, in order (``code`` 0 is OK), each sent once the update is durable."""
-        reqs = (pb.UpdateOrderRequest(order=o, price=p, tag=i) for i, (o, p) in enumerate(updates))
-        try:
-            return list(self._stub.StreamUpdates(reqs, metadata=self._md, timeout=self.timeout))
-        except grpc.RpcError as e:
-            raise LaissezError(e.code().name, e.details() or "") from None
+        per update, in order (``code`` 0 is OK), each sent once the update is durable.
+
+        If the stream breaks with UNAVAILABLE, or the server refuses updates with it (a
+        follower), the updates from the first one not acknowledged on are sent again, in
+        order, on the leader or the next replica: each sets an absolute price, so sending
+        one again is harmless."""
+        todo = list(updates)
+        acks: List[Optional[pb.UpdateOrderResponse]] = [None] * len(todo)
+        until = time.monotonic() + self.failover_budget
+        start = 0
+        while start < len(todo):
+            stub = self._stub
+            reqs = (pb.UpdateOrderRequest(order=o, price=p, tag=i)
+                    for i, (o, p) in enumerate(todo[start:], start))
+            error = None
+            try:
+                for a in stub.StreamUpdates(reqs, metadata=self._md, timeout=self.timeout):
+                    acks[a.tag] = a
+            except grpc.RpcError as e:
+                error = (e.code().name, e.details() or "")
+            # Resend from the first update without an ack, or refused as UNAVAILABLE.
+            start = next((i for i in range(start, len(todo)) if acks[i] is None or
+                          acks[i].code == grpc.StatusCode.UNAVAILABLE.value[0]), len(todo))
+            if start == len(todo):
+                break
+            if error is None:
+                error = ("UNAVAILABLE", acks[start].message if acks[start] is not None else "")
+            if error[0] != "UNAVAILABLE" or time.monotonic() >= until:
+                if acks[start] is not None:
+                    break  # The refusal is in the acks.
+                raise LaissezError(*error)
+            self.failover(error[1], stub)
+            time.sleep(0.05)
+        return acks  # type: ignore[return-value]
 
     def cancel_order(self, order: int, idempotency_key: Optional[str] = None) -> None:
         """Withdraws an open order (a repeat of the same key answers OK, cancelling nothing)."""

@@ -178,6 +178,15 @@ class SdkTest(unittest.TestCase):
             ckey = laissez.new_idempotency_key()
             c.cancel_order(rest, idempotency_key=ckey)
             c.cancel_order(rest, idempotency_key=ckey)  # The original answer (OK), not NOT_FOUND.
+            # Streamed updates, first sent to the dead address: sent again on the market.
+            rest2 = c.place_order("h100x8", units(1))
+            c2 = laissez.Client([dead, market.address], token_file=path, timeout=10)
+            acks = c2.stream_updates([(rest2, units(2)), (rest2, units(3))])
+            self.assertEqual([(a.tag, a.code) for a in acks], [(0, 0), (1, 0)])
+            self.assertEqual([o.price for o in c.list_orders() if o.id == rest2], [units(3)])
+            self.assertEqual(c2.address, market.address)
+            c2.close()
+            c.cancel_order(rest2)  # Both nodes are held, so it rested.
             rkey = laissez.new_idempotency_key()
             c.relinquish("gpu-b", idempotency_key=rkey)
             c.relinquish("gpu-b", idempotency_key=rkey)
