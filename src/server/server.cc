@@ -382,10 +382,52 @@ class Server::Services {
 
     grpc::Status UpdateOrder(ServerContext* c, const pb::UpdateOrderRequest* q, pb::UpdateOrderResponse* r) override {
       return s_->Call("UpdateOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
+        if (q->updates_size() > 0) return InvalidArgument("updates: only StreamUpdates takes several updates per message");
         LZ_RETURN_IF_ERROR(CheckPrice(q->price(), "price"));
         r->set_tag(q->tag());
         return s_->ExecStatus(p, [&](WriterContext& w) { return Update(w, p, q->order(), q->price()); });
       });
+    }
+
+    // The most updates a StreamUpdates stream has unacknowledged (and the most
+    // one message may carry).
+    static constexpr size_t kStreamWindow = 4096;
+
+    // One update of a StreamUpdates message, from receipt to its ack.
+    struct StreamItem {
+      uint64_t tag = 0, order = 0;
+      int64_t price = 0;
+      Status status;  // Edge checks, then the writer's result.
+    };
+
+    // The updates one StreamUpdates message carries, checked at the edge
+    // (rate limit, field checks); an item that fails keeps its error and is
+    // not applied.
+    std::vector<StreamItem> StreamItems(const Principal& p, const pb::UpdateOrderRequest& q) {
+      std::vector<StreamItem> items;
+      if (q.updates_size() == 0) {
+        items.push_back({q.tag(), q.order(), q.price(), s_->Limit(p)});
+        if (items.back().status.ok()) items.back().status = CheckPrice(q.price(), "price");
+        return items;
+      }
+      Status shape;
+      if (static_cast<size_t>(q.updates_size()) > kStreamWindow) {
+        shape = InvalidArgument("updates: at most " + std::to_string(kStreamWindow) + " per message (got " +
+                                std::to_string(q.updates_size()) + ")");
+      } else if (q.order() != 0 || q.price() != 0) {
+        shape = InvalidArgument("updates: a message with updates sets no order or price of its own");
+      }
+      items.reserve(static_cast<size_t>(q.updates_size()));
+      for (int i = 0; i < q.updates_size(); ++i) {
+        const pb::UpdateOrderRequest& u = q.updates(i);
+        StreamItem it{u.tag(), u.order(), u.price(), shape};
+        std::string field = "updates[" + std::to_string(i) + "]";
+        if (it.status.ok() && u.updates_size() > 0) it.status = InvalidArgument(field + ".updates: updates do not nest");
+        if (it.status.ok()) it.status = s_->Limit(p);
+        if (it.status.ok()) it.status = CheckPrice(u.price(), field + ".price");
+        items.push_back(std::move(it));
+      }
+      return items;
     }
 
     grpc::Status StreamUpdates(ServerContext* c,
@@ -405,11 +447,10 @@ class Server::Services {
         std::mutex mu;
         std::condition_variable cv;
         std::deque<pb::UpdateOrderResponse> q;
-        size_t outstanding = 0;
+        size_t outstanding = 0;  // Updates received and not yet acknowledged on the wire.
         bool reading_done = false;
       };
       auto acks = std::make_shared<Acks>();
-      constexpr size_t kWindow = 4096;
       std::thread writer([&] {
         for (;;) {
           std::deque<pb::UpdateOrderResponse> out;
@@ -425,43 +466,63 @@ class Server::Services {
             if (acks->q.empty()) return;
             out.swap(acks->q);
           }
-          for (auto& a : out) stream->Write(a);
+          // (No WriteOptions::set_buffer_hint to coalesce these: a sync
+          // Write with it waits for a flush that only the next write makes.)
+          size_t updates = 0;
+          for (auto& a : out) {
+            updates += a.acks_size() > 0 ? static_cast<size_t>(a.acks_size()) : 1;
+            stream->Write(a);
+          }
           std::lock_guard lock(acks->mu);
-          acks->outstanding -= out.size();
+          acks->outstanding -= updates;
           acks->cv.notify_all();
         }
       });
       pb::UpdateOrderRequest q;
       while (stream->Read(&q)) {
+        const bool batched = q.updates_size() > 0;
+        auto items = std::make_shared<std::vector<StreamItem>>(StreamItems(p, q));
         {
           std::unique_lock lock(acks->mu);
-          acks->cv.wait(lock, [&] { return acks->outstanding < kWindow; });
-          ++acks->outstanding;
+          acks->cv.wait(lock, [&] { return acks->outstanding + items->size() <= kStreamWindow; });
+          acks->outstanding += items->size();
         }
         auto start = std::chrono::steady_clock::now();
-        uint64_t tag = q.tag(), order = q.order();
-        int64_t price = q.price();
-        auto result = std::make_shared<Status>();
-        *result = s_->Limit(p);
-        if (result->ok()) *result = CheckPrice(price, "price");
-        bool run = result->ok();
+        // One command for the whole message: its updates apply in order in
+        // one writer batch and become durable in the same commit. Items that
+        // failed at the edge still go through the queue, so acks stay in order.
         s_->s_->core_->Submit(
             p.Actor(),
-            [this, result, run, &p, order, price](WriterContext& w) {
-              if (!run) return;
-              // Each update re-checks the token on the writer thread.
-              *result = s_->s_->tokens_.Recheck(p);
-              if (result->ok()) *result = Update(w, p, order, price);
+            [this, items, &p](WriterContext& w) {
+              // The token is re-checked on the writer thread, once per message.
+              Status token;
+              bool checked = false;
+              for (StreamItem& it : *items) {
+                if (!it.status.ok()) continue;
+                if (!checked) {
+                  token = s_->s_->tokens_.Recheck(p);
+                  checked = true;
+                }
+                it.status = token.ok() ? Update(w, p, it.order, it.price) : token;
+              }
             },
-            [acks, result, tag, start, stats](const Status& durable) {
-              pb::UpdateOrderResponse a;
-              a.set_tag(tag);
-              const Status& s = durable.ok() ? *result : durable;
-              a.set_code(static_cast<int>(s.code()));
-              if (!s.ok()) a.set_message(s.message());
+            [acks, items, batched, tag = q.tag(), start, stats](const Status& durable) {
               auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
                             .count();
-              stats->Observe(static_cast<int>(s.code()), us);
+              auto fill = [&](const StreamItem& it, pb::UpdateOrderResponse* a) {
+                a->set_tag(it.tag);
+                const Status& s = durable.ok() ? it.status : durable;
+                a->set_code(static_cast<int>(s.code()));
+                if (!s.ok()) a->set_message(s.message());
+                stats->Observe(static_cast<int>(s.code()), us);
+              };
+              pb::UpdateOrderResponse a;
+              if (batched) {
+                a.set_tag(tag);
+                for (const StreamItem& it : *items) fill(it, a.add_acks());
+              } else {
+                fill(items->front(), &a);
+              }
               std::lock_guard lock(acks->mu);
               acks->q.push_back(std::move(a));
               acks->cv.notify_all();

@@ -162,14 +162,20 @@ TEST_F(ServerFixture, TenantFlowEndToEnd) {
   EXPECT_EQ(led2.deposited(), led2.tenant_balances() + led2.operator_revenue());
 }
 
+// A floor at `location` (orders below it rest).
+grpc::Status SetFloor(pb::OperatorService::Stub* stub, grpc::ClientContext* ctx, const std::string& location,
+                      int64_t price) {
+  pb::SetFloorRequest q;
+  q.set_location(location);
+  q.set_price(price);
+  pb::PolicyResponse r;
+  return stub->SetFloor(ctx, q, &r);
+}
+
 TEST_F(ServerFixture, RestingOrderUpdateCancelAndStream) {
   Populate();
   // A floor keeps the order resting.
-  pb::SetFloorRequest fq;
-  fq.set_location("eu");
-  fq.set_price(50 * kUnit);
-  pb::PolicyResponse fr;
-  ASSERT_TRUE(op_stub_->SetFloor(Ctx(op_).get(), fq, &fr).ok());
+  ASSERT_TRUE(SetFloor(op_stub_.get(), Ctx(op_).get(), "eu", 50 * kUnit).ok());
   uint64_t id = 0;
   ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit, &id).ok());
   pb::ListOrdersResponse lo;
@@ -224,6 +230,107 @@ TEST_F(ServerFixture, RestingOrderUpdateCancelAndStream) {
   ASSERT_TRUE(tenant_stub_->CancelOrder(Ctx(a_).get(), cq, &cr).ok());
   grpc::Status again = tenant_stub_->CancelOrder(Ctx(a_).get(), cq, &cr);
   EXPECT_EQ(again.error_code(), StatusCode::NOT_FOUND);
+}
+
+// Several updates per StreamUpdates message: one response per message with
+// one ack per update, in order; a bad update fails alone; the old
+// one-update messages still work on the same stream; everything acknowledged
+// is in the journal and survives a restart.
+TEST_F(ServerFixture, StreamUpdatesCarriesSeveralUpdatesPerMessageDurably) {
+  ServerOptions o = RestartOnDisk("batched.db");
+  Populate();
+  ASSERT_TRUE(SetFloor(op_stub_.get(), Ctx(op_).get(), "eu", 50 * kUnit).ok());
+  uint64_t mine = 0, theirs = 0;
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit, &mine).ok());
+  ASSERT_TRUE(Place(b_, "h100x8", 10 * kUnit, &theirs).ok());
+  auto add = [](pb::UpdateOrderRequest* q, uint64_t tag, uint64_t order, int64_t price) {
+    auto* u = q->add_updates();
+    u->set_tag(tag);
+    u->set_order(order);
+    u->set_price(price);
+    return u;
+  };
+  std::vector<pb::UpdateOrderResponse> acks;
+  {
+    auto ctx = Ctx(a_);
+    auto stream = tenant_stub_->StreamUpdates(ctx.get());
+    pb::UpdateOrderRequest q1;  // Three good updates.
+    q1.set_tag(1);
+    for (uint64_t i = 0; i < 3; ++i) add(&q1, 10 + i, mine, static_cast<int64_t>(11 + i) * kUnit);
+    ASSERT_TRUE(stream->Write(q1));
+    pb::UpdateOrderRequest q2;  // Good, bad price, another tenant's order, good.
+    q2.set_tag(2);
+    add(&q2, 20, mine, 20 * kUnit);
+    add(&q2, 21, mine, -1);
+    add(&q2, 22, theirs, 22 * kUnit);
+    add(&q2, 23, mine, 23 * kUnit);
+    ASSERT_TRUE(stream->Write(q2));
+    pb::UpdateOrderRequest q3;  // One update per message, as before.
+    q3.set_tag(3);
+    q3.set_order(mine);
+    q3.set_price(24 * kUnit);
+    ASSERT_TRUE(stream->Write(q3));
+    pb::UpdateOrderRequest q4;  // Updates and a price of its own: refused whole.
+    q4.set_tag(4);
+    q4.set_price(1 * kUnit);
+    add(&q4, 40, mine, 40 * kUnit);
+    ASSERT_TRUE(stream->Write(q4));
+    pb::UpdateOrderRequest q5;  // Nested updates are refused, the rest applies.
+    q5.set_tag(5);
+    add(add(&q5, 50, mine, 50 * kUnit), 0, mine, 51 * kUnit);
+    add(&q5, 52, mine, 25 * kUnit);
+    ASSERT_TRUE(stream->Write(q5));
+    stream->WritesDone();
+    pb::UpdateOrderResponse a;
+    while (stream->Read(&a)) acks.push_back(a);
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  ASSERT_EQ(acks.size(), 5u);
+  auto codes = [](const pb::UpdateOrderResponse& r) {
+    std::vector<std::pair<uint64_t, int>> out;
+    for (const auto& a : r.acks()) out.emplace_back(a.tag(), a.code());
+    return out;
+  };
+  using V = std::vector<std::pair<uint64_t, int>>;
+  const int kOk = 0, kBad = static_cast<int>(StatusCode::INVALID_ARGUMENT);
+  const int kGone = static_cast<int>(StatusCode::NOT_FOUND);
+  EXPECT_EQ(acks[0].tag(), 1u);
+  EXPECT_EQ(codes(acks[0]), (V{{10, kOk}, {11, kOk}, {12, kOk}}));
+  EXPECT_EQ(acks[1].tag(), 2u);
+  EXPECT_EQ(codes(acks[1]), (V{{20, kOk}, {21, kBad}, {22, kGone}, {23, kOk}}));
+  EXPECT_NE(acks[1].acks(1).message().find("updates[1].price"), std::string::npos) << acks[1].acks(1).message();
+  EXPECT_EQ(acks[2].tag(), 3u);
+  EXPECT_EQ(acks[2].acks_size(), 0);
+  EXPECT_EQ(acks[2].code(), kOk) << acks[2].message();
+  EXPECT_EQ(codes(acks[3]), (V{{40, kBad}}));
+  EXPECT_NE(acks[3].acks(0).message().find("updates: a message with updates"), std::string::npos);
+  EXPECT_EQ(codes(acks[4]), (V{{50, kBad}, {52, kOk}}));
+  EXPECT_NE(acks[4].acks(0).message().find("updates[0].updates"), std::string::npos);
+
+  // Unary UpdateOrder takes one update.
+  pb::UpdateOrderRequest uq;
+  add(&uq, 60, mine, 60 * kUnit);
+  pb::UpdateOrderResponse ur;
+  EXPECT_EQ(tenant_stub_->UpdateOrder(Ctx(a_).get(), uq, &ur).error_code(), StatusCode::INVALID_ARGUMENT);
+
+  auto price = [&](const std::string& token) {
+    pb::ListOrdersResponse lo;
+    EXPECT_TRUE(tenant_stub_->ListOrders(Ctx(token).get(), pb::ListOrdersRequest(), &lo).ok());
+    return lo.orders_size() == 1 ? lo.orders(0).effective_price() : -1;
+  };
+  EXPECT_EQ(price(a_), 25 * kUnit);  // The last acknowledged update.
+  EXPECT_EQ(price(b_), 10 * kUnit);  // Untouched by a's updates.
+  // Acknowledged means committed: every OK update is in the journal, and a
+  // restart gives the same prices.
+  auto journal = server_->store().RecentJournal(64);
+  ASSERT_TRUE(journal.ok());
+  size_t updates = 0;
+  for (const auto& r : *journal) updates += r.line.find("update_order") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(updates, 3u + 2u + 1u + 1u);
+  server_->Shutdown();
+  StartServer(o);
+  EXPECT_EQ(price(a_), 25 * kUnit);
+  EXPECT_EQ(price(b_), 10 * kUnit);
 }
 
 TEST_F(ServerFixture, WatchSeesPricesAtWatchedVerticesAndOnlyOwnEvents) {
