@@ -552,6 +552,7 @@ struct BenchFlags {
   int tenants = 8;
   double seconds = 10;
   int window = 256;
+  int batch = 1;  // Stream mode: most updates per message (1: one update per message).
   std::string mode = "stream";
 };
 
@@ -687,17 +688,22 @@ int RunBenchServer(const BenchFlags& b) {
           bool ended = false;
           std::string refused;  // A follower's (or stepped-down replica's) UNAVAILABLE: go elsewhere.
           std::thread reader([&] {
-            pb::UpdateOrderResponse a;
-            while (stream->Read(&a)) {
+            pb::UpdateOrderResponse r;
+            while (stream->Read(&r)) {
               auto now = std::chrono::steady_clock::now();
               std::lock_guard lock(mu);
-              if (a.code() != 0) ++w.errors;
-              else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
-              ++acked;
-              if (a.code() == static_cast<int>(grpc::StatusCode::UNAVAILABLE) && refused.empty()) {
-                refused = a.message();
-                ended = true;  // The writer stops; the stream is closed below.
-              }
+              // A message of several updates is answered with one ack per update.
+              auto one = [&](const pb::UpdateOrderResponse& a) {
+                if (a.code() != 0) ++w.errors;
+                else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
+                ++acked;
+                if (a.code() == static_cast<int>(grpc::StatusCode::UNAVAILABLE) && refused.empty()) {
+                  refused = a.message();
+                  ended = true;  // The writer stops; the stream is closed below.
+                }
+              };
+              if (r.acks_size() == 0) one(r);
+              for (const auto& a : r.acks()) one(a);
               cv.notify_all();
             }
             std::lock_guard lock(mu);
@@ -710,12 +716,20 @@ int RunBenchServer(const BenchFlags& b) {
               std::unique_lock lock(mu);
               cv.wait(lock, [&] { return ended || next - acked < static_cast<uint64_t>(b.window); });
               if (ended || std::chrono::steady_clock::now() >= until) break;
-              q.set_tag(next);
-              sent[next % ring] = std::chrono::steady_clock::now();
-              ++next;
+              // With --batch > 1, as many updates as the window has room for
+              // (at most --batch) go in one message.
+              uint64_t room = static_cast<uint64_t>(b.window) - (next - acked);
+              uint64_t n = b.batch > 1 ? std::min<uint64_t>(room, static_cast<uint64_t>(b.batch)) : 1;
+              auto now = std::chrono::steady_clock::now();
+              for (uint64_t i = 0; i < n; ++i) {
+                pb::UpdateOrderRequest* u = b.batch > 1 ? q.add_updates() : &q;
+                u->set_tag(next);
+                u->set_order(w.order);
+                u->set_price(price_base + static_cast<int64_t>(next % 100));
+                sent[next % ring] = now;
+                ++next;
+              }
             }
-            q.set_order(w.order);
-            q.set_price(price_base + static_cast<int64_t>(q.tag() % 100));
             if (!stream->Write(q)) break;
           }
           stream->WritesDone();
@@ -761,6 +775,7 @@ int RunBenchServer(const BenchFlags& b) {
               {"durable", true},
               {"mode", b.mode == "unary" ? "unary UpdateOrder" : "bidirectional StreamUpdates"},
               {"window", b.mode == "unary" ? 1 : b.window},
+              {"batch", b.mode == "unary" ? 1 : std::max(b.batch, 1)},
               {"tenants", b.tenants},
               {"seconds", wall},
               {"acknowledged", all.size()},
@@ -771,9 +786,9 @@ int RunBenchServer(const BenchFlags& b) {
   if (as_json) {
     std::cout << out.dump() << "\n";
   } else {
-    std::printf("%s, %d tenants, %.1f s: %.0f durable updates/s, p50 %.3f ms, p99 %.3f ms, %llu errors; "
+    std::printf("%s (up to %d updates per message), %d tenants, %.1f s: %.0f durable updates/s, p50 %.3f ms, p99 %.3f ms, %llu errors; "
                 "load generator used %.2f cores (%.0f%% of the machine)\n",
-                out["mode"].get<std::string>().c_str(), b.tenants, wall, out["updates_per_sec"].get<double>(),
+                out["mode"].get<std::string>().c_str(), out["batch"].get<int>(), b.tenants, wall, out["updates_per_sec"].get<double>(),
                 pct(0.5), pct(0.99), static_cast<unsigned long long>(errors), cpu_s / wall,
                 100 * cpu_s / wall / static_cast<double>(cores));
   }
@@ -1609,6 +1624,11 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     cmd->add_option("--tenants", b.tenants, "Concurrent tenants (each its own connection)")->check(CLI::Range(1, 1024));
     cmd->add_option("--seconds", b.seconds, "Measurement time")->check(CLI::Range(0.1, 3600.0));
     cmd->add_option("--window", b.window, "Updates in flight per tenant (stream mode)")->check(CLI::Range(1, 65536));
+    cmd->add_option("--batch", b.batch,
+                    "Stream mode: up to this many updates per message (UpdateOrderRequest.updates); 1 sends one "
+                    "update per message")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
     cmd->add_option("--mode", b.mode, "stream (bidirectional StreamUpdates) or unary (UpdateOrder)")
         ->check(CLI::IsMember({"stream", "unary"}));
     cmd->callback([exit_code] { *exit_code = RunBenchServer(b); });
