@@ -76,7 +76,9 @@ def main():
                     held = True
                 except grpc.RpcError:
                     held = False
-            state["tenants"].append({"token": r.token, "order": o.order, "acked": 0, "sent": 0, "held": held})
+            # Odd tenants send their updates four to a StreamUpdates message.
+            state["tenants"].append({"token": r.token, "order": o.order, "acked": 0, "sent": 0, "held": held,
+                                     "stream": i % 2 == 1})
         json.dump(state, open(args.state, "w"))
         return 0
 
@@ -103,10 +105,23 @@ def main():
                     except grpc.RpcError:
                         pass
                 k = t["sent"] + 1
-                t["sent"] = k
                 try:
-                    tenant_stub.UpdateOrder(pb.UpdateOrderRequest(order=t["order"], price=BASE + k),
-                                            metadata=md(t["token"]), timeout=2)
+                    if t.get("stream"):
+                        ks = list(range(k, k + 4))
+                        t["sent"] = ks[-1]
+                        msg = pb.UpdateOrderRequest(
+                            updates=[pb.UpdateOrderRequest(order=t["order"], price=BASE + j, tag=j) for j in ks])
+                        resp = list(tenant_stub.StreamUpdates(iter([msg]), metadata=md(t["token"]), timeout=2))
+                        acks = [a for r in resp for a in r.acks]
+                        if [a.tag for a in acks] != ks or any(a.code != 0 for a in acks):
+                            # Counted as a loss by check: acks come one per update, in order.
+                            t["bad_acks"] = "%s" % [(a.tag, a.code, a.message) for a in acks]
+                            break
+                        k = ks[-1]
+                    else:
+                        t["sent"] = k
+                        tenant_stub.UpdateOrder(pb.UpdateOrderRequest(order=t["order"], price=BASE + k),
+                                                metadata=md(t["token"]), timeout=2)
                     t["acked"] = k
                     if not ready[0]:
                         ready[0] = True
@@ -139,6 +154,9 @@ def main():
     # check
     acked = lost = 0
     for t in state["tenants"]:
+        if t.get("bad_acks"):
+            print("tenant order %d: bad stream acks %s" % (t["order"], t["bad_acks"]), file=sys.stderr)
+            lost += 1
         orders = tenant_stub.ListOrders(pb.ListOrdersRequest(), metadata=md(t["token"]), timeout=10).orders
         mine = [o for o in orders if o.id == t["order"]]
         if not mine:
