@@ -483,8 +483,12 @@ class Server::Services {
         const bool batched = q.updates_size() > 0;
         auto items = std::make_shared<std::vector<StreamItem>>(StreamItems(p, q));
         {
+          // A message larger than the window (refused above, item by item)
+          // waits until nothing else is outstanding.
           std::unique_lock lock(acks->mu);
-          acks->cv.wait(lock, [&] { return acks->outstanding + items->size() <= kStreamWindow; });
+          acks->cv.wait(lock, [&] {
+            return acks->outstanding == 0 || acks->outstanding + items->size() <= kStreamWindow;
+          });
           acks->outstanding += items->size();
         }
         auto start = std::chrono::steady_clock::now();

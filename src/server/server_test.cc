@@ -280,12 +280,20 @@ TEST_F(ServerFixture, StreamUpdatesCarriesSeveralUpdatesPerMessageDurably) {
     add(add(&q5, 50, mine, 50 * kUnit), 0, mine, 51 * kUnit);
     add(&q5, 52, mine, 25 * kUnit);
     ASSERT_TRUE(stream->Write(q5));
+    pb::UpdateOrderRequest q6;  // More updates than the window: all refused, the stream goes on.
+    q6.set_tag(6);
+    for (uint64_t i = 0; i < 4097; ++i) add(&q6, 100 + i, mine, 30 * kUnit);
+    ASSERT_TRUE(stream->Write(q6));
+    pb::UpdateOrderRequest q7;
+    q7.set_tag(7);
+    add(&q7, 70, mine, 26 * kUnit);
+    ASSERT_TRUE(stream->Write(q7));
     stream->WritesDone();
     pb::UpdateOrderResponse a;
     while (stream->Read(&a)) acks.push_back(a);
     ASSERT_TRUE(stream->Finish().ok());
   }
-  ASSERT_EQ(acks.size(), 5u);
+  ASSERT_EQ(acks.size(), 7u);
   auto codes = [](const pb::UpdateOrderResponse& r) {
     std::vector<std::pair<uint64_t, int>> out;
     for (const auto& a : r.acks()) out.emplace_back(a.tag(), a.code());
@@ -306,6 +314,10 @@ TEST_F(ServerFixture, StreamUpdatesCarriesSeveralUpdatesPerMessageDurably) {
   EXPECT_NE(acks[3].acks(0).message().find("updates: a message with updates"), std::string::npos);
   EXPECT_EQ(codes(acks[4]), (V{{50, kBad}, {52, kOk}}));
   EXPECT_NE(acks[4].acks(0).message().find("updates[0].updates"), std::string::npos);
+  ASSERT_EQ(acks[5].acks_size(), 4097);
+  for (const auto& a : acks[5].acks()) ASSERT_EQ(a.code(), kBad);
+  EXPECT_NE(acks[5].acks(0).message().find("updates: at most 4096 per message (got 4097)"), std::string::npos);
+  EXPECT_EQ(codes(acks[6]), (V{{70, kOk}}));
 
   // Unary UpdateOrder takes one update.
   pb::UpdateOrderRequest uq;
@@ -318,7 +330,7 @@ TEST_F(ServerFixture, StreamUpdatesCarriesSeveralUpdatesPerMessageDurably) {
     EXPECT_TRUE(tenant_stub_->ListOrders(Ctx(token).get(), pb::ListOrdersRequest(), &lo).ok());
     return lo.orders_size() == 1 ? lo.orders(0).effective_price() : -1;
   };
-  EXPECT_EQ(price(a_), 25 * kUnit);  // The last acknowledged update.
+  EXPECT_EQ(price(a_), 26 * kUnit);  // The last acknowledged update.
   EXPECT_EQ(price(b_), 10 * kUnit);  // Untouched by a's updates.
   // Acknowledged means committed: every OK update is in the journal, and a
   // restart gives the same prices.
@@ -326,10 +338,10 @@ TEST_F(ServerFixture, StreamUpdatesCarriesSeveralUpdatesPerMessageDurably) {
   ASSERT_TRUE(journal.ok());
   size_t updates = 0;
   for (const auto& r : *journal) updates += r.line.find("update_order") != std::string::npos ? 1 : 0;
-  EXPECT_EQ(updates, 3u + 2u + 1u + 1u);
+  EXPECT_EQ(updates, 3u + 2u + 1u + 1u + 1u);
   server_->Shutdown();
   StartServer(o);
-  EXPECT_EQ(price(a_), 25 * kUnit);
+  EXPECT_EQ(price(a_), 26 * kUnit);
   EXPECT_EQ(price(b_), 10 * kUnit);
 }
 
