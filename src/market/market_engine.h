@@ -108,6 +108,23 @@ class MarketEngine {
   // separate call because internal references must not move mid-operation.
   void Compact();
 
+  // ---- Snapshots (docs/SNAPSHOT.md) ----
+  // A self-checking binary image of everything that determines the engine's
+  // future behaviour (options, params, clock, counters, topology, nodes,
+  // orders, books, tenants, policies and controllers, the schedule, decay and
+  // maintenance state, ledger totals, last quotes). Of the ledger history it
+  // keeps only the last `ledger_tail` entries (the totals are always exact):
+  // the engine never reads the history back, and it grows with the market's
+  // age. Taking one twice gives the same bytes.
+  std::string Snapshot(size_t ledger_tail = 0) const;
+  // Replaces this engine's whole state (options included) by an image's; the
+  // sink and the operation observer stay. A restored engine given the same
+  // later calls gives the same events, state and snapshots as the original.
+  // DATA_LOSS naming the section and the reason for a truncated or corrupt
+  // image, FAILED_PRECONDITION for another version; the engine is unchanged
+  // on any error.
+  Status Restore(std::string_view image);
+
   // ---- Queries (no side effects; they read the state as of now()) ----
   const topology::Topology& topology() const;
   const MarketParams& params() const;

@@ -1,0 +1,246 @@
+// Engine snapshots (docs/SNAPSHOT.md): for random operation logs cut at random
+// points, an engine restored from a snapshot and the original, given the rest
+// of the log, must give the same call results, the same event streams, the
+// same final state and the same re-snapshot bytes. Plus: the empty market,
+// determinism, and corrupt, truncated or foreign images refused with the
+// engine left as it was.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "market/operation.h"
+#include "oplog/random_log.h"
+#include "oplog/replay.h"
+
+namespace laissez::oplog {
+namespace {
+
+using namespace laissez::market;
+
+class Collect : public EventSink {
+ public:
+  void OnEvents(std::span<const Event> events) override { events_.insert(events_.end(), events.begin(), events.end()); }
+  std::vector<Event> events_;
+};
+
+std::string State(const MarketEngine& e) { return StateJson(e, ReplayStats{}); }
+
+struct CutStats {
+  size_t cuts = 0, events_after = 0, pending_orders = 0, decaying = 0, policies = 0;
+};
+
+// Runs `log` to `cut` on one engine, restores a second from its snapshot and
+// runs the rest on both, comparing everything.
+void ExpectCutMatches(const std::vector<LogRecord>& log, size_t cut, const EngineOptions& eo, uint64_t seed,
+                      CutStats* stats) {
+  MarketEngine original(MarketParams{}, eo);
+  for (size_t i = 0; i < cut; ++i) (void)Apply(original, log[i].op);
+  std::string image = original.Snapshot();
+  ASSERT_EQ(image, original.Snapshot()) << "a snapshot taken twice differs";
+
+  MarketEngine restored(MarketParams{}, EngineOptions{});  // Options come from the image.
+  Status st = restored.Restore(image);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(restored.Snapshot(), image) << "seed " << seed << " cut " << cut << ": re-snapshot differs";
+  ASSERT_EQ(State(restored), State(original)) << "seed " << seed << " cut " << cut;
+  size_t ledger_at_cut = original.ledger().size();
+  EXPECT_TRUE(restored.ledger().empty());  // The history is not in the image, only its totals.
+
+  Collect a, b;
+  original.set_sink(&a);
+  restored.set_sink(&b);
+  for (size_t i = cut; i < log.size(); ++i) {
+    ApplyResult ra = Apply(original, log[i].op);
+    ApplyResult rb = Apply(restored, log[i].op);
+    ASSERT_EQ(ra.status.ToString(), rb.status.ToString()) << "seed " << seed << " cut " << cut << " op " << i;
+    ASSERT_EQ(ra.created_id, rb.created_id) << "seed " << seed << " cut " << cut << " op " << i;
+    ASSERT_EQ(a.events_.size(), b.events_.size()) << "seed " << seed << " cut " << cut << " op " << i;
+  }
+  for (size_t i = 0; i < a.events_.size(); ++i) {
+    ASSERT_EQ(a.events_[i], b.events_[i]) << "seed " << seed << " cut " << cut << " event " << i << ": original "
+                                          << EncodeEvent(a.events_[i]) << " restored " << EncodeEvent(b.events_[i]);
+  }
+  EXPECT_EQ(State(restored), State(original)) << "seed " << seed << " cut " << cut;
+  EXPECT_EQ(restored.Snapshot(), original.Snapshot()) << "seed " << seed << " cut " << cut;
+  EXPECT_EQ(restored.NextEventTime(), original.NextEventTime());
+  EXPECT_EQ(restored.UnsettledCharges(), original.UnsettledCharges());
+  // The ledger entries after the cut are the same entries.
+  ASSERT_EQ(restored.ledger().size(), original.ledger().size() - ledger_at_cut);
+  for (size_t i = 0; i < restored.ledger().size(); ++i) {
+    ASSERT_EQ(restored.ledger()[i], original.ledger()[ledger_at_cut + i]);
+  }
+  for (uint32_t p = 0; p < original.policy_count(); ++p) {
+    auto pa = original.GetPolicy(PolicyId(p));
+    auto pb = restored.GetPolicy(PolicyId(p));
+    ASSERT_TRUE(pa.ok() && pb.ok());
+    EXPECT_EQ(pa->floor, pb->floor);
+    EXPECT_EQ(pa->carbon_price, pb->carbon_price);
+    EXPECT_EQ(pa->next_step, pb->next_step);
+  }
+  for (uint32_t v = 0; v < original.topology().vertex_count(); v += 3) {
+    auto qa = original.Quote(VertexId(v));
+    auto qb = restored.Quote(VertexId(v));
+    ASSERT_TRUE(qa.ok() && qb.ok());
+    EXPECT_EQ(qa->quote, qb->quote);
+    EXPECT_EQ(qa->depth, qb->depth);
+  }
+  ++stats->cuts;
+  stats->events_after += a.events_.size();
+  stats->policies += original.policy_count();
+}
+
+void RunSeeds(uint64_t first, uint64_t last, bool adaptive, bool operator_ops, CutStats* stats) {
+  for (uint64_t seed = first; seed < last; ++seed) {
+    RandomLogOptions opts;
+    opts.seed = seed;
+    opts.operations = 400;
+    opts.nodes = 6 + static_cast<int>(seed % 20);
+    opts.tenants = 2 + static_cast<int>(seed % 6);
+    opts.operator_ops = operator_ops;
+    opts.adaptive_caps = adaptive;
+    opts.operator_permille = adaptive ? 250 : 120;
+    EngineOptions eo;
+    eo.price_events = seed % 2 == 0;
+    eo.retain_ledger = seed % 3 != 0;
+    MarketEngine live(MarketParams{}, eo);
+    std::vector<LogRecord> log = DriveRandom(live, opts);
+    std::mt19937_64 rng(seed);
+    for (int k = 0; k < 4; ++k) {
+      size_t cut = k == 0 ? 0 : rng() % (log.size() + 1);
+      ExpectCutMatches(log, cut, eo, seed, stats);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(Snapshot, RestoredEnginesContinueExactlyAsTheOriginal) {
+  CutStats stats;
+  RunSeeds(1, 31, /*adaptive=*/false, /*operator_ops=*/true, &stats);
+  EXPECT_EQ(stats.cuts, 120u);
+  EXPECT_GT(stats.events_after, 1000u);  // The comparisons saw real traffic.
+}
+
+TEST(Snapshot, WithAdaptivePoliciesGangsDecayAndMaintenance) {
+  CutStats stats;
+  RunSeeds(300, 320, /*adaptive=*/true, /*operator_ops=*/true, &stats);
+  EXPECT_EQ(stats.cuts, 80u);
+  EXPECT_GT(stats.policies, 20u);
+}
+
+TEST(Snapshot, WithoutOperatorCalls) {
+  CutStats stats;
+  RunSeeds(100, 110, /*adaptive=*/false, /*operator_ops=*/false, &stats);
+  EXPECT_EQ(stats.cuts, 40u);
+}
+
+// Cuts at every point of a few logs: states inside contests, gang
+// reservations and clip steps all get a turn.
+TEST(Snapshot, EveryCutPointOfShortLogs) {
+  CutStats stats;
+  for (uint64_t seed = 500; seed < 503; ++seed) {
+    RandomLogOptions opts;
+    opts.seed = seed;
+    opts.operations = 120;
+    opts.nodes = 8;
+    opts.tenants = 4;
+    opts.adaptive_caps = seed % 2 == 1;
+    EngineOptions eo;
+    eo.price_events = true;
+    MarketEngine live(MarketParams{}, eo);
+    std::vector<LogRecord> log = DriveRandom(live, opts);
+    for (size_t cut = 0; cut <= log.size(); ++cut) {
+      ExpectCutMatches(log, cut, eo, seed, &stats);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(Snapshot, EmptyMarket) {
+  MarketParams params;
+  params.tick = 7;
+  params.grace = 5 * kMicrosPerSecond;
+  EngineOptions eo;
+  eo.price_events = true;
+  MarketEngine empty(params, eo);
+  std::string image = empty.Snapshot();
+  EXPECT_LT(image.size(), 100u);
+  MarketEngine restored;
+  ASSERT_TRUE(restored.Restore(image).ok());
+  EXPECT_EQ(restored.params(), params);
+  EXPECT_EQ(restored.now(), 0);
+  EXPECT_EQ(restored.topology().node_count(), 0u);
+  EXPECT_EQ(restored.Snapshot(), image);
+  // It works as a market.
+  topology::NodeInfo info{"n0", "gpu", "eu", "eu-1", "r1", "k1", {}};
+  auto n = restored.AddNode(10, info);
+  ASSERT_TRUE(n.ok());
+  auto t = restored.CreateTenant(10, "a", 1'000'000'000);
+  ASSERT_TRUE(t.ok());
+  OrderSpec spec;
+  spec.scope = restored.topology().node(*n).leaf;
+  spec.price = 100;
+  ASSERT_TRUE(restored.PlaceOrder(20, *t, spec).ok());
+  EXPECT_EQ(restored.GetNode(*n)->holder, *t);
+}
+
+// A market with some of everything, for the corruption tests.
+std::string BusyImage(MarketEngine& engine) {
+  RandomLogOptions opts;
+  opts.seed = 7;
+  opts.operations = 300;
+  opts.adaptive_caps = true;
+  (void)DriveRandom(engine, opts);
+  return engine.Snapshot();
+}
+
+TEST(Snapshot, CorruptTruncatedOrForeignImagesAreRefusedAndChangeNothing) {
+  MarketEngine source;
+  std::string image = BusyImage(source);
+  MarketEngine target;
+  topology::NodeInfo info{"keep", "gpu", "eu", "eu-1", "r1", "k1", {}};
+  ASSERT_TRUE(target.AddNode(5, info).ok());
+  std::string before = target.Snapshot();
+
+  auto refused = [&](std::string_view bad, StatusCode code, const std::string& words) {
+    Status st = target.Restore(bad);
+    EXPECT_EQ(st.code(), code) << st.ToString();
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.ToString();
+    EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+  };
+  // A flipped byte anywhere in the payload.
+  for (size_t at : {size_t{25}, image.size() / 2, image.size() - 9}) {
+    std::string bad = image;
+    bad[at] ^= 0x40;
+    refused(bad, StatusCode::kDataLoss, "checksum");
+  }
+  refused(image.substr(0, image.size() - 1), StatusCode::kDataLoss, "truncated");
+  refused(image.substr(0, image.size() / 2), StatusCode::kDataLoss, "truncated");
+  refused(image.substr(0, 10), StatusCode::kDataLoss, "too short");
+  refused("{\"v\":1,\"t\":0,\"op\":\"advance\"}........", StatusCode::kDataLoss, "bad magic");
+  std::string other = image;
+  other[8] = 2;  // Version 2.
+  refused(other, StatusCode::kFailedPrecondition, "version 2");
+  // A well-formed checksum over a payload that does not parse.
+  std::string junk = image.substr(0, 20) + std::string(image.size() - 28, '\xff');
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : std::string_view(junk).substr(20)) h = (h ^ c) * 1099511628211ULL;
+  for (int i = 0; i < 8; ++i) junk.push_back(static_cast<char>(h >> (8 * i)));
+  refused(junk, StatusCode::kDataLoss, "snapshot: ");
+
+  // The ledger's tail rides along when asked for, and only then.
+  ASSERT_GT(source.ledger().size(), 3u);
+  MarketEngine with_tail;
+  ASSERT_TRUE(with_tail.Restore(source.Snapshot(3)).ok());
+  ASSERT_EQ(with_tail.ledger().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(with_tail.ledger()[i], source.ledger()[source.ledger().size() - 3 + i]);
+  EXPECT_EQ(with_tail.ledger_totals().entries, source.ledger_totals().entries);
+
+  // And the good image still loads into the same engine afterwards.
+  ASSERT_TRUE(target.Restore(image).ok());
+  EXPECT_EQ(State(target), State(source));
+}
+
+}  // namespace
+}  // namespace laissez::oplog
