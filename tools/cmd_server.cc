@@ -364,6 +364,15 @@ void OnSignal(int) { g_stop = 1; }
 // start over (it lost its lease or its fence, or its tail was compacted away)
 // the server is shut down and started again, as a follower that catches up
 // from etcd; while etcd cannot be reached, it retries twice a second.
+// How Start recovered: "journal replayed N records" or, from a snapshot, "restored
+// the snapshot at seq S, then replayed N journal records". The ha tests read it.
+std::string RecoveryNote(server::MarketCore& core) {
+  std::string replayed = std::to_string(core.replayed());
+  if (core.restored_seq() == 0) return "journal replayed " + replayed + " records";
+  return "restored the snapshot at seq " + std::to_string(core.restored_seq()) + ", then replayed " + replayed +
+         " journal records";
+}
+
 int RunReplica(server::ServerOptions o) {
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -388,9 +397,9 @@ int RunReplica(server::ServerOptions o) {
     if (o.listen.size() >= 2 && o.listen.compare(o.listen.size() - 2, 2, ":0") == 0) {
       o.listen = o.listen.substr(0, o.listen.size() - 1) + std::to_string(s.grpc_port());
     }
-    std::fprintf(stderr, "laissez serve: replica listening on %s (gRPC port %d)%s%s; etcd %s; journal replayed %llu records\n",
+    std::fprintf(stderr, "laissez serve: replica listening on %s (gRPC port %d)%s%s; etcd %s; %s\n",
                  o.listen.c_str(), s.grpc_port(), o.http.empty() ? "" : ", HTTP on ", o.http.empty() ? "" : o.http.c_str(),
-                 o.etcd.c_str(), static_cast<unsigned long long>(s.core().replayed()));
+                 o.etcd.c_str(), RecoveryNote(s.core()).c_str());
     bool announced = false;
     while (!g_stop && !s.replica_lost()) {
       if (!announced && !s.admin_token().empty() && !s.admin_token_file().empty()) {
@@ -423,6 +432,10 @@ int RunServe(server::ServerOptions o) {
   o.http_routes = server::dashboard::Install;
 #endif
   if (!o.etcd.empty()) {
+    if (o.snapshot_every < std::chrono::milliseconds(100)) {
+      std::fprintf(stderr, "laissez serve: --snapshot-ms: must be at least 100 with --etcd (its journal shrinks only by snapshots)\n");
+      return 2;
+    }
     if (!o.db.empty()) {
       std::fprintf(stderr, "laissez serve: --db: not used with --etcd (the journal lives in etcd)\n");
       return 2;
@@ -439,9 +452,8 @@ int RunServe(server::ServerOptions o) {
     std::fprintf(stderr, "laissez serve: %s\n", st.ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "laissez serve: listening on %s (gRPC port %d)%s%s; journal replayed %llu records\n",
-               o.listen.c_str(), s.grpc_port(), o.http.empty() ? "" : ", HTTP on ",
-               o.http.empty() ? "" : o.http.c_str(), static_cast<unsigned long long>(s.core().replayed()));
+  std::fprintf(stderr, "laissez serve: listening on %s (gRPC port %d)%s%s; %s\n", o.listen.c_str(), s.grpc_port(),
+               o.http.empty() ? "" : ", HTTP on ", o.http.empty() ? "" : o.http.c_str(), RecoveryNote(s.core()).c_str());
   if (!s.admin_token().empty()) {
     if (!s.admin_token_file().empty()) {
       std::fprintf(stderr, "laissez serve: new database; admin token written to %s (mode 0600)\n",
@@ -817,9 +829,12 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     cmd->add_option("--lease-ttl", o.lease_ttl_s, "With --etcd: election lease TTL in seconds")
         ->capture_default_str()
         ->check(CLI::Range(1, 60));
-    cmd->add_option("--snapshot-ms", snapshot_ms, "With --etcd: the leader folds and compacts the journal this often")
+    cmd->add_option("--snapshot-ms", snapshot_ms,
+                    "Write a snapshot of the market this often if it changed (docs/HA.md): with --etcd the leader's "
+                    "snapshot lets it delete the journal keys it covers and compact etcd (at least 100); with --db "
+                    "a restart replays only the journal after it (0: never)")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+        ->check(CLI::Range(int64_t{0}, int64_t{3600000}));
     cmd->add_option("--listen", o.listen, "gRPC address HOST:PORT")->capture_default_str();
     cmd->add_option("--http", o.http, "HTTP address HOST:PORT for /healthz and /metrics");
     cmd->add_option("--tls-cert", o.tls_cert, "TLS certificate chain (PEM)");

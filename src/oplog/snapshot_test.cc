@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fnv.h"
 #include "market/operation.h"
 #include "oplog/random_log.h"
 #include "oplog/replay.h"
@@ -224,8 +225,7 @@ TEST(Snapshot, CorruptTruncatedOrForeignImagesAreRefusedAndChangeNothing) {
   refused(other, StatusCode::kFailedPrecondition, "version 2");
   // A well-formed checksum over a payload that does not parse.
   std::string junk = image.substr(0, 20) + std::string(image.size() - 28, '\xff');
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : std::string_view(junk).substr(20)) h = (h ^ c) * 1099511628211ULL;
+  uint64_t h = Fnv1a64(std::string_view(junk).substr(20));
   for (int i = 0; i < 8; ++i) junk.push_back(static_cast<char>(h >> (8 * i)));
   refused(junk, StatusCode::kDataLoss, "snapshot: ");
 

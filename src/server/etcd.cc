@@ -127,6 +127,11 @@ json Txn::Put(const std::string& key, const std::string& value, int64_t lease) {
   return {{"request_put", p}};
 }
 json Txn::Delete(const std::string& key) { return {{"request_delete_range", {{"key", Base64Encode(key)}}}}; }
+json Txn::DeleteRange(const std::string& key, const std::string& range_end) {
+  json d = {{"key", Base64Encode(key)}};
+  if (!range_end.empty()) d["range_end"] = Base64Encode(range_end);
+  return {{"request_delete_range", d}};
+}
 json Txn::Get(const std::string& key) { return {{"request_range", {{"key", Base64Encode(key)}}}}; }
 
 Result<std::shared_ptr<Client>> Client::Create(const std::string& endpoints,

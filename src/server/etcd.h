@@ -65,6 +65,8 @@ struct Txn {
   void IfCreateRevision(const std::string& key, int64_t rev);
   static nlohmann::json Put(const std::string& key, const std::string& value, int64_t lease = 0);
   static nlohmann::json Delete(const std::string& key);
+  // Deletes [key, range_end); an empty range_end deletes `key` alone.
+  static nlohmann::json DeleteRange(const std::string& key, const std::string& range_end);
   static nlohmann::json Get(const std::string& key);
 };
 

@@ -184,6 +184,103 @@ TEST(EtcdStore, LargeBatchesSplitIntoChunksAndTransactions) {
   ExpectJournal(s, 1200);
 }
 
+// The journal keys under a store's prefix.
+size_t JournalKeys(etcd::Client& c, const std::string& prefix) {
+  auto r = c.Range(prefix + "j/", etcd::PrefixEnd(prefix + "j/"), 0, 0, etcd::Sort::kNone, true);
+  return r.ok() ? r->kvs.size() : 0;
+}
+
+// An image of `bytes` bytes that tells its seq apart.
+StoredSnapshot Image(uint64_t seq, size_t bytes) {
+  StoredSnapshot s;
+  s.seq = seq;
+  s.image.resize(bytes);
+  for (size_t i = 0; i < bytes; ++i) s.image[i] = static_cast<char>((i * 131 + seq) % 251);
+  return s;
+}
+
+TEST(EtcdStore, SnapshotsSplitIntoPartsReadBackAndTruncateTheJournal) {
+  auto c = Connect();
+  EtcdStore s(c, "/t7/");
+  s.Fence("/t7/e/me", *c->Put("/t7/e/me", "addr"));
+  EXPECT_TRUE(s.LoadSnapshot()->empty());  // None yet: recovery replays everything.
+  CommitOneByOne(s, 1, 300);
+  EXPECT_EQ(JournalKeys(*c, "/t7/"), 300u);
+  // Over etcd's request limit: several parts in several fenced transactions.
+  StoredSnapshot snap = Image(200, 3 * EtcdStore::kChunkBytes + 12345);
+  ASSERT_TRUE(s.WriteSnapshot(snap).ok());
+  auto parts = c->Range("/t7/s/", etcd::PrefixEnd("/t7/s/"), 0, 0, etcd::Sort::kNone, true);
+  EXPECT_EQ(parts->kvs.size(), 4u);
+  auto back = s.LoadSnapshot();
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->seq, 200u);
+  EXPECT_TRUE(back->image == snap.image);
+
+  auto deleted = s.Truncate(200);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(*deleted, 200u);  // Keys 1..200 each held one record, all covered.
+  EXPECT_EQ(JournalKeys(*c, "/t7/"), 100u);
+  uint64_t expect = 201;
+  ASSERT_TRUE(s.ReadJournal(200, [&](const JournalRecord& r) {
+                 EXPECT_EQ(r.seq, expect++);
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(expect, 301u);
+  EXPECT_EQ(*s.LastSeq(), 300u);
+
+  // A chunk that straddles the snapshot's seq stays: its later records are needed.
+  Batch b;
+  for (uint64_t i = 301; i <= 310; ++i) b.journal.push_back({i, "server", "r"});
+  ASSERT_TRUE(s.Commit(b).ok());
+  ASSERT_TRUE(s.WriteSnapshot(Image(305, 100)).ok());
+  ASSERT_TRUE(s.Truncate(305).ok());
+  expect = 306;
+  ASSERT_TRUE(s.ReadJournal(305, [&](const JournalRecord& r) {
+                 EXPECT_EQ(r.seq, expect++);
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(expect, 311u);
+  // The older snapshot is gone, parts and manifest.
+  auto left = c->Range("/t7/s/", etcd::PrefixEnd("/t7/s/"), 0, 0, etcd::Sort::kNone, true);
+  EXPECT_EQ(left->kvs.size(), 1u);
+  auto manifests = c->Range("/t7/m/", etcd::PrefixEnd("/t7/m/"), 0, 0, etcd::Sort::kNone, true);
+  ASSERT_EQ(manifests->kvs.size(), 1u);
+  EXPECT_EQ(manifests->kvs[0].key, "/t7/m/00000000000000000305");
+}
+
+TEST(EtcdStore, ATornSnapshotIsIgnoredAndTheNewestCompleteOneWins) {
+  auto c = Connect();
+  EtcdStore s(c, "/t8/");
+  s.Fence("/t8/e/me", *c->Put("/t8/e/me", "addr"));
+  CommitOneByOne(s, 1, 20);
+  ASSERT_TRUE(s.WriteSnapshot(Image(5, 1000)).ok());
+  ASSERT_TRUE(s.WriteSnapshot(Image(10, 2000)).ok());
+  // A leader that died after writing the parts of seq 15, before its manifest.
+  ASSERT_TRUE(c->Put("/t8/s/00000000000000000015/000000", Image(15, 500).image).ok());
+  auto got = s.LoadSnapshot();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->seq, 10u);
+  EXPECT_TRUE(got->image == Image(10, 2000).image);
+  // Truncating at 10 drops the snapshot at 5, keeps the torn parts above.
+  ASSERT_TRUE(s.Truncate(10).ok());
+  EXPECT_EQ(s.LoadSnapshot()->seq, 10u);
+  auto parts = c->Range("/t8/s/", etcd::PrefixEnd("/t8/s/"), 0, 0, etcd::Sort::kNone, true);
+  EXPECT_EQ(parts->kvs.size(), 2u);  // Seq 10's one part and the torn one.
+
+  // A manifest whose parts do not match is data loss, named.
+  ASSERT_TRUE(c->Put("/t8/m/00000000000000000015", "1 499 7").ok());
+  auto bad = s.LoadSnapshot();
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("/t8/m/00000000000000000015"), std::string::npos) << bad.status().ToString();
+  // Pinned at an earlier revision, the reader sees what was complete then.
+  ASSERT_TRUE(s.WriteSnapshot(Image(18, 700)).ok());
+  ASSERT_TRUE(s.Pin().ok());
+  ASSERT_TRUE(s.WriteSnapshot(Image(19, 800)).ok());
+  EXPECT_EQ(s.LoadSnapshot()->seq, 18u);
+  s.Unpin();
+  EXPECT_EQ(s.LoadSnapshot()->seq, 19u);
+}
+
 TEST(EtcdStore, ChunksDecodeOrFailClearly) {
   std::vector<JournalRecord> recs = {{5, "tenant:a", "{\"v\":1}"}, {6, "server", "x\ty"}};
   auto back = DecodeJournalChunk(EncodeJournalChunk(recs));

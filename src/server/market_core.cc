@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/fnv.h"
 #include "market/validate.h"
 #include "oplog/oplog.h"
 
@@ -26,6 +27,48 @@ std::string EncodeJournalRecord(const market::Operation& op, uint64_t created_id
   oplog::AppendOperation(op, created_id == UINT64_MAX ? oplog::kNoId : created_id, key, &line);
   return line;
 }
+
+// The core's snapshot image (TakeSnapshot): "LZCORE01", the journal seq it
+// covers, the idempotency keys oldest first, the engine's image, then an
+// FNV-1a 64 checksum of all before it. Fixed-width little-endian integers,
+// strings with a u64 length.
+constexpr std::string_view kCoreMagic = "LZCORE01";
+
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutStr(std::string* out, std::string_view s) {
+  PutU64(out, s.size());
+  out->append(s);
+}
+
+// Reads what PutU64 and PutStr wrote; the first shortfall sets `error`.
+struct ImageReader {
+  std::string_view in;
+  std::string error;
+  uint64_t U64(const char* field) {
+    if (in.size() < 8) {
+      if (error.empty()) error = std::string(field) + ": truncated";
+      in = {};
+      return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+    in.remove_prefix(8);
+    return v;
+  }
+  std::string_view Str(const char* field) {
+    uint64_t n = U64(field);
+    if (n > in.size()) {
+      if (error.empty()) error = std::string(field) + ": truncated";
+      in = {};
+      return {};
+    }
+    std::string_view s = in.substr(0, n);
+    in.remove_prefix(n);
+    return s;
+  }
+};
 
 // What identifies a keyed operation's arguments: its line without time and id.
 std::string Fingerprint(const market::Operation& op) {
@@ -132,16 +175,39 @@ Status MarketCore::Start(const MarketCreation& creation) {
     tokens_->Put(t);
     next_token_id_ = std::max(next_token_id_, t.id + 1);
   }
-  // Replay: every record decodes and applies exactly as it did live. The
-  // events of the last `event_ring` records refill the ring, with the
-  // positions they had live, so a watch resumes across a restart.
+  // Restore the newest snapshot, if the store keeps one, then replay the
+  // journal after it: every record decodes and applies exactly as it did live.
+  LZ_ASSIGN_OR_RETURN(StoredSnapshot snap, store_->LoadSnapshot());
+  if (!snap.empty()) {
+    Status restored = RestoreSnapshot(snap);
+    if (!restored.ok()) {
+      // A store that keeps its whole journal (SQLite) does without the
+      // snapshot; one whose journal was truncated (etcd) cannot.
+      bool whole = false;
+      (void)store_->ReadJournal(0, [&](const JournalRecord& r) {
+        whole = r.seq == 1;
+        return Internal("first record read");
+      });
+      if (!whole) return restored;
+      std::fprintf(stderr, "laissez serve: warning: %s; replaying the whole journal instead\n",
+                   restored.message().c_str());
+    }
+  }
+  // The events of the last `event_ring` records replayed refill the ring,
+  // with the positions they had live, so a watch resumes across a restart.
+  // Records a snapshot covers are not replayed: the ring starts after it.
   uint64_t ring_from = UINT64_MAX;
   if (options_.event_ring > 0) {
     LZ_ASSIGN_OR_RETURN(std::vector<JournalRecord> last, store_->RecentJournal(1));
     if (!last.empty()) ring_from = last.back().seq > options_.event_ring ? last.back().seq - options_.event_ring + 1 : 1;
+    ring_from = std::max(ring_from == UINT64_MAX ? 1 : ring_from, restored_seq_ + 1);
   }
-  uint64_t expect = 1;
-  Status st = store_->ReadJournal(0, [&](const JournalRecord& r) -> Status {
+  if (restored_seq_ > 0) {
+    std::lock_guard lock(subs_mu_);
+    ring_floor_ = delivered_ = EventPos::AllOf(restored_seq_);  // Nothing before the snapshot is held.
+  }
+  uint64_t expect = restored_seq_ + 1;
+  Status st = store_->ReadJournal(restored_seq_, [&](const JournalRecord& r) -> Status {
     if (r.seq != expect) {
       return DataLoss("journal: record " + std::to_string(expect) + " missing (next is " + std::to_string(r.seq) + ")");
     }
@@ -159,14 +225,14 @@ Status MarketCore::Start(const MarketCreation& creation) {
   });
   pending_.reset();
   LZ_RETURN_IF_ERROR(st);
-  replayed_ = expect - 1;
+  replayed_ = expect - 1 - restored_seq_;
   next_seq_ = expect;
-  applied_seq_.store(replayed_);
+  applied_seq_.store(expect - 1);
   follower_.store(options_.follower);
-  fresh_ = replayed_ == 0 && tokens.empty();
+  fresh_ = expect == 1 && tokens.empty();
 
   LZ_ASSIGN_OR_RETURN(std::string identity, store_->Identity());
-  bool creating = identity.empty() && replayed_ == 0 && tokens.empty();
+  bool creating = identity.empty() && expect == 1 && tokens.empty();
 
   // A journal ahead of the wall clock (the clock was set back, or the database
   // moved to a machine whose clock is behind): time never runs backwards, so
@@ -199,7 +265,7 @@ Status MarketCore::Start(const MarketCreation& creation) {
   }
   if (!options_.follower) LZ_RETURN_IF_ERROR(store_->Commit(pending_->batch));
   // The catch-up advance's events follow the replayed ones in the ring.
-  if (replayed_ + 1 >= ring_from || replayed_ == 0) {
+  if (expect >= ring_from || expect == 1) {
     RingReplayed(next_seq_ - 1);
   } else {
     std::lock_guard lock(subs_mu_);
@@ -364,6 +430,78 @@ Status MarketCore::ApplyRecord(const JournalRecord& r) {
                     ", the journal says " + std::to_string(rec->created_id));
   }
   if (!rec->idempotency_key.empty()) RememberKey(r.actor, rec->idempotency_key, rec->op, res.created_id, r.seq);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Snapshots.
+
+namespace {
+// One idempotency key's entry: the one place that knows KeyedOutcome's fields.
+template <typename Outcome>
+void PutKeyed(std::string* out, const std::string& id, const Outcome& o) {
+  PutStr(out, id);
+  PutStr(out, o.fingerprint);
+  PutU64(out, o.created_id);
+  PutU64(out, static_cast<uint64_t>(o.balance));
+}
+template <typename Outcome>
+std::string GetKeyed(ImageReader& r, Outcome* o) {
+  std::string id(r.Str("snapshot key"));
+  o->fingerprint = std::string(r.Str("snapshot key fingerprint"));
+  o->created_id = r.U64("snapshot key created_id");
+  o->balance = static_cast<int64_t>(r.U64("snapshot key balance"));
+  return id;
+}
+}  // namespace
+
+Result<StoredSnapshot> MarketCore::TakeSnapshot() {
+  auto snap = std::make_shared<StoredSnapshot>();
+  // RunAndWait returns once the batch this runs in, and every batch before
+  // it, is durable: the image never covers an uncommitted record.
+  LZ_RETURN_IF_ERROR(RunAndWait([this, snap](WriterContext&) {
+    snap->seq = next_seq_ - 1;
+    std::string& out = snap->image;
+    out.append(kCoreMagic);
+    PutU64(&out, snap->seq);
+    PutU64(&out, keyed_order_.size());
+    for (const std::string& id : keyed_order_) PutKeyed(&out, id, keyed_.at(id));
+    PutStr(&out, engine_->Snapshot(kSnapshotLedgerTail));
+    PutU64(&out, Fnv1a64(out));
+  }));
+  return std::move(*snap);
+}
+
+Status MarketCore::RestoreSnapshot(const StoredSnapshot& snap) {
+  std::string_view image = snap.image;
+  auto bad = [&](const std::string& why) {
+    return DataLoss("snapshot at seq " + std::to_string(snap.seq) + ": " + why);
+  };
+  if (image.size() < kCoreMagic.size() + 8 || image.substr(0, kCoreMagic.size()) != kCoreMagic) {
+    return bad("not a market core snapshot (bad magic)");
+  }
+  ImageReader sum{image.substr(image.size() - 8)};
+  if (sum.U64("checksum") != Fnv1a64(image.substr(0, image.size() - 8))) return bad("checksum mismatch (corrupt image)");
+  ImageReader r{image.substr(kCoreMagic.size(), image.size() - kCoreMagic.size() - 8)};
+  uint64_t seq = r.U64("snapshot seq");
+  if (r.error.empty() && seq != snap.seq) return bad("the image covers seq " + std::to_string(seq));
+  uint64_t keys = r.U64("snapshot key count");
+  std::unordered_map<std::string, KeyedOutcome> keyed;
+  std::deque<std::string> order;
+  for (uint64_t i = 0; i < keys && r.error.empty(); ++i) {
+    KeyedOutcome o;
+    std::string id = GetKeyed(r, &o);
+    keyed.insert_or_assign(id, std::move(o));
+    order.push_back(std::move(id));
+  }
+  std::string_view engine_image = r.Str("snapshot engine image");
+  if (!r.error.empty()) return bad(r.error);
+  if (!r.in.empty()) return bad("trailing bytes");
+  Status st = engine_->Restore(engine_image);
+  if (!st.ok()) return bad(st.message());
+  keyed_ = std::move(keyed);
+  keyed_order_ = std::move(order);
+  restored_seq_ = seq;
   return Status::Ok();
 }
 

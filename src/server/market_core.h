@@ -169,8 +169,9 @@ class MarketCore {
   MarketCore& operator=(const MarketCore&) = delete;
 
 
-  // Loads the tokens, replays the journal into a fresh engine (DATA_LOSS if a
-  // record does not decode or apply), catches up to the clock (on a store with
+  // Loads the tokens, restores the store's newest snapshot if it has one and
+  // replays the journal after it (all of it otherwise) into a fresh engine
+  // (DATA_LOSS if the snapshot or a record does not decode or apply), catches up to the clock (on a store with
   // no market: runs `creation` in the same commit), starts the threads.
   Status Start(const MarketCreation& creation = MarketCreation());
   // Drains the queue, commits, stops the threads, closes subscriptions.
@@ -179,7 +180,19 @@ class MarketCore {
   // True if the store held no journal and no tokens before Start.
   bool fresh() const { return fresh_; }
   bool failed() const { return failed_.load(); }
+  // Journal records replayed by Start (after the snapshot, if one was restored).
   uint64_t replayed() const { return replayed_; }
+  // The seq of the snapshot Start restored; 0 if none.
+  uint64_t restored_seq() const { return restored_seq_; }
+
+  // An image of the core at the last applied journal seq: the engine
+  // (with the last ledger entries a GetLedger may list) and the state the
+  // core rebuilds from the journal besides it - the idempotency key table.
+  // Tokens are not in it (the store keeps them). Runs on the writer thread and
+  // returns once every record it covers is durable.
+  Result<StoredSnapshot> TakeSnapshot();
+  // Ledger entries kept in a snapshot (the most GetLedger lists).
+  static constexpr size_t kSnapshotLedgerTail = 10000;
 
   using Work = std::function<void(WriterContext&)>;
   using Done = std::function<void(const Status& durable)>;
@@ -263,6 +276,8 @@ class MarketCore {
   // Start: moves the events rendered so far (pending_) into the ring, which
   // then covers everything up to record `seq`.
   void RingReplayed(uint64_t seq);
+  // Before the threads start: the engine and key table from a snapshot.
+  Status RestoreSnapshot(const StoredSnapshot& snap);
   Status RunAndWait(Work work);
 
   Store* store_;
@@ -273,6 +288,7 @@ class MarketCore {
   std::unique_ptr<Sink> sink_;
   bool fresh_ = false;
   uint64_t replayed_ = 0;
+  uint64_t restored_seq_ = 0;
   std::atomic<bool> failed_{false};
   std::atomic<bool> follower_{false};
   std::atomic<uint64_t> applied_seq_{0};

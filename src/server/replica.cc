@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/fnv.h"
+
 namespace laissez::server {
 
 using nlohmann::json;
@@ -17,6 +19,7 @@ std::string Padded(uint64_t v) {
 }
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
 
 void SleepUnless(const std::atomic<bool>& stop, std::chrono::milliseconds d) {
   auto end = std::chrono::steady_clock::now() + d;
@@ -294,6 +297,107 @@ Result<size_t> EtcdStore::Fold(size_t max_txns) {
 }
 
 // ---------------------------------------------------------------------------
+// Snapshots.
+
+namespace {
+std::string Manifest(const StoredSnapshot& snap, size_t parts) {
+  return std::to_string(parts) + " " + std::to_string(snap.image.size()) + " " + std::to_string(Fnv1a64(snap.image));
+}
+}  // namespace
+
+Status EtcdStore::WriteSnapshot(const StoredSnapshot& snap) {
+  const std::string base = prefix_ + "s/" + Padded(snap.seq) + "/";
+  etcd::Txn txn;
+  size_t txn_bytes = 0, parts = 0;
+  for (size_t at = 0; at < snap.image.size(); at += kChunkBytes) {
+    std::string part = snap.image.substr(at, kChunkBytes);
+    if (txn_bytes + part.size() > kTxnBytes) {
+      LZ_RETURN_IF_ERROR(CommitTxn(std::move(txn)));
+      txn = etcd::Txn();
+      txn_bytes = 0;
+    }
+    char name[16];
+    std::snprintf(name, sizeof name, "%06zu", parts++);
+    txn_bytes += part.size();
+    txn.success.push_back(etcd::Txn::Put(base + name, part));
+  }
+  // The manifest goes last, alone or with the last parts: a reader that sees
+  // it sees every part.
+  txn.success.push_back(etcd::Txn::Put(prefix_ + "m/" + Padded(snap.seq), Manifest(snap, parts)));
+  return CommitTxn(std::move(txn));
+}
+
+Result<size_t> EtcdStore::Truncate(uint64_t seq) {
+  const std::string jp = prefix_ + "j/";
+  size_t deleted = 0;
+  etcd::Txn txn;
+  auto flush = [&]() -> Status {
+    if (txn.success.empty()) return Status::Ok();
+    LZ_RETURN_IF_ERROR(CommitTxn(std::move(txn)));
+    txn = etcd::Txn();
+    return Status::Ok();
+  };
+  auto del = [&](const std::string& key, const std::string& end) -> Status {
+    txn.success.push_back(etcd::Txn::DeleteRange(key, end));
+    return txn.success.size() >= 64 ? flush() : Status::Ok();
+  };
+  // Journal keys: a key's records run up to the next key's first seq, so every
+  // key below the last one that starts at or before seq is covered; that last
+  // one is too if a key starts at seq + 1. ReadJournal(seq) still finds the
+  // chunk that holds seq + 1.
+  const std::string next = jp + Padded(seq + 1);
+  LZ_ASSIGN_OR_RETURN(etcd::RangeResult covered, client_->Range(jp, next, 0, 0, etcd::Sort::kNone, true));
+  LZ_ASSIGN_OR_RETURN(etcd::RangeResult after, client_->Range(next, "", 0, 0, etcd::Sort::kNone, true));
+  size_t keep = after.kvs.empty() && !covered.kvs.empty() ? 1 : 0;
+  for (size_t i = 0; i + keep < covered.kvs.size(); ++i) {
+    LZ_RETURN_IF_ERROR(del(covered.kvs[i].key, ""));
+    ++deleted;
+  }
+  // Older snapshots: their manifests first (in key order, before their parts),
+  // so no reader ever sees a manifest whose parts are gone.
+  const std::string mp = prefix_ + "m/", sp = prefix_ + "s/";
+  LZ_ASSIGN_OR_RETURN(etcd::RangeResult old, client_->Range(mp, mp + Padded(seq), 0, 0, etcd::Sort::kNone, true));
+  for (const auto& kv : old.kvs) LZ_RETURN_IF_ERROR(del(kv.key, ""));
+  LZ_RETURN_IF_ERROR(flush());
+  LZ_ASSIGN_OR_RETURN(etcd::RangeResult parts, client_->Range(sp, sp + Padded(seq), 0, 1, etcd::Sort::kNone, true));
+  if (!parts.kvs.empty()) LZ_RETURN_IF_ERROR(del(sp, sp + Padded(seq)));
+  LZ_RETURN_IF_ERROR(flush());
+  return deleted;
+}
+
+Result<StoredSnapshot> EtcdStore::LoadSnapshot() {
+  const std::string mp = prefix_ + "m/";
+  int64_t rev = pinned_;
+  LZ_ASSIGN_OR_RETURN(etcd::RangeResult m, client_->Range(mp, etcd::PrefixEnd(mp), rev, 1, etcd::Sort::kKeyDescend));
+  if (m.kvs.empty()) return StoredSnapshot{};
+  if (rev == 0) rev = m.revision;
+  const etcd::KeyValue& manifest = m.kvs.front();
+  StoredSnapshot snap;
+  for (char c : std::string_view(manifest.key).substr(mp.size())) snap.seq = snap.seq * 10 + static_cast<uint64_t>(c - '0');
+  unsigned long long parts = 0, bytes = 0, sum = 0;
+  if (std::sscanf(manifest.value.c_str(), "%llu %llu %llu", &parts, &bytes, &sum) != 3) {
+    return DataLoss("snapshot: manifest " + manifest.key + " does not parse");
+  }
+  const std::string base = prefix_ + "s/" + Padded(snap.seq) + "/";
+  std::string from = base;
+  size_t got = 0;
+  for (;;) {
+    LZ_ASSIGN_OR_RETURN(etcd::RangeResult page, client_->Range(from, etcd::PrefixEnd(base), rev, 4));
+    for (const auto& kv : page.kvs) {
+      snap.image += kv.value;
+      ++got;
+    }
+    if (!page.more || page.kvs.empty()) break;
+    from = page.kvs.back().key + '\0';
+  }
+  if (got != parts || snap.image.size() != bytes || Fnv1a64(snap.image) != sum) {
+    return DataLoss("snapshot: the parts under " + base + " do not match manifest " + manifest.key + " (" +
+                    std::to_string(got) + " parts, " + std::to_string(snap.image.size()) + " bytes)");
+  }
+  return snap;
+}
+
+// ---------------------------------------------------------------------------
 // Replica.
 
 Replica::Replica(ReplicaOptions options, EtcdStore* store, MarketCore* core, MarketCreation creation)
@@ -400,14 +504,24 @@ void Replica::FollowLoop() {
   const std::string& p = store_->prefix();
   auto last_snapshot = std::chrono::steady_clock::now();
   int64_t compact_to = 0;
+  uint64_t snapshot_seq = 0;  // The last snapshot this leader wrote.
   bool check = true;
   while (!stop_.load() && !lost_.load()) {
     if (leader_.load()) {
       SleepUnless(stop_, std::chrono::milliseconds(100));
       if (std::chrono::steady_clock::now() - last_snapshot < options_.snapshot_every) continue;
       last_snapshot = std::chrono::steady_clock::now();
-      // A fold that fails (a compare that no longer holds, etcd busy) is
-      // tried again next round; losing the fence shows in the next commit.
+      // A snapshot when the journal moved on since the last one; then the
+      // keys it covers go. A step that fails (etcd busy, a compare that no
+      // longer holds) is tried again next round; losing the fence shows in
+      // the next commit.
+      if (core_->applied_seq() > snapshot_seq) {
+        auto snap = core_->TakeSnapshot();
+        if (snap.ok() && store_->WriteSnapshot(*snap).ok()) {
+          snapshot_seq = snap->seq;
+          (void)store_->Truncate(snap->seq);
+        }
+      }
       if (!store_->Fold().ok()) continue;
       auto now = store_->Pin();
       store_->Unpin();

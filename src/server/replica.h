@@ -9,6 +9,12 @@
 //   P e/<lease, hex>      a replica's election key, on its lease; value: the
 //                         replica's gRPC address. The key with the lowest create
 //                         revision is the leader (etcd's election recipe).
+//   P s/<seq, 20 digits>/<part, 6 digits>
+//                         a part of the snapshot covering the journal up to seq
+//                         (MarketCore::TakeSnapshot), at most kChunkBytes each
+//   P m/<seq, 20 digits>  that snapshot's manifest, written last: "parts bytes
+//                         fnv1a64" (decimal). A snapshot without one is torn and
+//                         ignored.
 //
 // EtcdStore is the Store of a replica. Commit writes a group-commit batch in
 // one etcd transaction fenced on the leader's election key: it succeeds only
@@ -18,12 +24,14 @@
 // each of whole records in seq order; the batch is acknowledged only when all
 // have committed.
 //
-// Snapshots: etcd holds no engine image (the engine has no serialised form);
-// the "snapshot" is the compacted journal: the leader periodically folds runs
-// of small batch keys into chunks of up to 512 KiB (fenced transactions) and
-// compacts etcd's history up to the revision of the previous round. A replica
-// that joins reads the chunks at one revision, replays them, then watches from
-// that revision on.
+// Snapshots (docs/HA.md, "Snapshots and compaction"): every snapshot period
+// the leader takes a core snapshot at seq S, writes its parts and then its
+// manifest (fenced transactions of at most kTxnBytes), deletes the journal
+// keys wholly covered by it and every older snapshot, and compacts etcd's
+// history up to the revision of the previous round. Between snapshots it
+// folds runs of small batch keys into chunks of up to 512 KiB. A replica that
+// joins reads the newest complete snapshot and the journal after it at one
+// revision, restores, replays the tail, then watches from that revision on.
 #pragma once
 
 #include <atomic>
@@ -69,6 +77,16 @@ class EtcdStore final : public Store {
   // many keys it removed. Not thread-safe: one caller (the leader's loop).
   Result<size_t> Fold(size_t max_txns = 64);
 
+  // Snapshots (fenced; the leader's loop only). WriteSnapshot writes the parts,
+  // then the manifest. Truncate deletes the journal keys whose records are all
+  // at or below `seq` and the snapshots older than `seq`; returns the number
+  // of journal keys deleted.
+  Status WriteSnapshot(const StoredSnapshot& snap) override;
+  Result<size_t> Truncate(uint64_t seq);
+  // The newest snapshot with a manifest, read at the pinned revision. A
+  // manifest whose parts do not match it is DATA_LOSS naming the key.
+  Result<StoredSnapshot> LoadSnapshot() override;
+
   const std::string& prefix() const { return prefix_; }
   etcd::Client& client() { return *client_; }
 
@@ -96,7 +114,7 @@ struct ReplicaOptions {
   std::string prefix = "/laissez/";
   std::string advertise;  // This replica's gRPC address for clients.
   int lease_ttl_s = 2;    // Election lease TTL; a dead leader is replaced after about this long.
-  std::chrono::milliseconds snapshot_every{10000};  // Fold + compact period of the leader.
+  std::chrono::milliseconds snapshot_every{10000};  // Snapshot + truncate + compact period of the leader.
 };
 
 // Runs the election and the follower's tail for one Server. Lost() turns true

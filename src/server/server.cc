@@ -1496,6 +1496,8 @@ Status Server::Start() {
     return Unavailable("listen: cannot listen on " + options_.listen);
   }
 
+  if (!etcd_store_ && options_.snapshot_every.count() > 0) snapshotter_ = std::thread([this] { SnapshotLoop(); });
+
   if (etcd_store_) {
     ReplicaOptions ro;
     ro.etcd = options_.etcd;
@@ -1576,9 +1578,32 @@ void Server::InstallHttpRoutes() {
   });
 }
 
+void Server::SnapshotLoop() {
+  uint64_t last = core_->restored_seq();
+  std::unique_lock lock(snapshot_mu_);
+  while (!snapshot_cv_.wait_for(lock, options_.snapshot_every, [&] { return snapshot_stop_; })) {
+    if (core_->applied_seq() <= last || core_->failed()) continue;
+    lock.unlock();
+    // A failed snapshot costs only a longer replay at the next start.
+    auto snap = core_->TakeSnapshot();
+    Status st = snap.ok() ? store_->WriteSnapshot(*snap) : snap.status();
+    if (st.ok()) last = snap->seq;
+    else std::fprintf(stderr, "laissez serve: snapshot: %s\n", st.ToString().c_str());
+    lock.lock();
+  }
+}
+
 void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (snapshotter_.joinable()) {
+    {
+      std::lock_guard lock(snapshot_mu_);
+      snapshot_stop_ = true;
+    }
+    snapshot_cv_.notify_all();
+    snapshotter_.join();
+  }
   if (http_) http_->Stop();
   if (grpc_) {
     // Watch streams end within their poll interval once the deadline passes.

@@ -67,6 +67,11 @@ struct ServerOptions {
   std::string etcd_prefix = "/laissez/";
   std::string advertise;  // The gRPC address clients reach this replica at; default 127.0.0.1:PORT.
   int lease_ttl_s = 2;
+  // How often a snapshot of the market is written (docs/HA.md, "Snapshots and
+  // compaction"), if the journal moved on since the last one: by the leader to
+  // etcd (which then drops the journal keys it covers), or to the SQLite
+  // database (which keeps its whole journal; a restart replays only the tail).
+  // 0: never (SQLite only; a replicated market always snapshots).
   std::chrono::milliseconds snapshot_every{10000};
   // Adds routes to the HTTP listener before it starts (the dashboard, issue 6).
   std::function<void(class Server&)> http_routes;
@@ -118,6 +123,8 @@ class Server {
   Status PrepareCreation(MarketCreation* creation);
   Status CheckClusterFile();
   void InstallHttpRoutes();
+  // The single-process store's snapshot thread (not with --etcd: the leader's loop does it there).
+  void SnapshotLoop();
 
   ServerOptions options_;
   Metrics metrics_;
@@ -134,6 +141,10 @@ class Server {
   EtcdStore* etcd_store_ = nullptr;
   std::unique_ptr<Replica> replica_;
   bool shut_down_ = false;
+  std::mutex snapshot_mu_;
+  std::condition_variable snapshot_cv_;
+  bool snapshot_stop_ = false;
+  std::thread snapshotter_;
 };
 
 }  // namespace laissez::server

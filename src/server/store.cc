@@ -60,9 +60,22 @@ class MemoryStore final : public Store {
     std::lock_guard lock(mu_);
     return journal_.empty() ? uint64_t{0} : journal_.back().seq;
   }
+  Result<StoredSnapshot> LoadSnapshot() override {
+    std::lock_guard lock(mu_);
+    return snapshot_;
+  }
+  Status WriteSnapshot(const StoredSnapshot& snap) override {
+    std::lock_guard lock(mu_);
+    if (snap.seq > (journal_.empty() ? 0 : journal_.back().seq)) {
+      return InvalidArgument("snapshot.seq: " + std::to_string(snap.seq) + " is beyond the journal");
+    }
+    snapshot_ = snap;
+    return Status::Ok();
+  }
 
  private:
   std::mutex mu_;
+  StoredSnapshot snapshot_;
   std::vector<JournalRecord> journal_;
   std::map<uint64_t, TokenRecord> tokens_;
   std::string identity_;
@@ -109,6 +122,7 @@ class SqliteStore final : public Store {
         "CREATE TABLE IF NOT EXISTS tokens(id INTEGER PRIMARY KEY, hash TEXT NOT NULL UNIQUE, role TEXT NOT NULL,"
         " tenant_id INTEGER NOT NULL, name TEXT NOT NULL, revoked INTEGER NOT NULL, created INTEGER NOT NULL);"
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS snapshots(seq INTEGER PRIMARY KEY, image BLOB NOT NULL);"
         "INSERT OR IGNORE INTO meta(key, value) VALUES('format', 'laissez-journal-v1');"
         "INSERT OR IGNORE INTO meta(key, value) VALUES('commits', '0');";
     LZ_RETURN_IF_ERROR(Exec(schema));
@@ -260,6 +274,46 @@ class SqliteStore final : public Store {
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) return Error("read tokens");
     return out;
+  }
+
+  // The newest snapshot only is kept; the journal stays whole.
+  Status WriteSnapshot(const StoredSnapshot& snap) override {
+    std::lock_guard lock(mu_);
+    if (snap.seq > last_seq_) {
+      return InvalidArgument("snapshot.seq: " + std::to_string(snap.seq) + " is beyond the journal");
+    }
+    LZ_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    sqlite3_stmt* put = nullptr;
+    Status st = Prepare("INSERT OR REPLACE INTO snapshots(seq, image) VALUES(?, ?)", &put);
+    if (st.ok()) {
+      sqlite3_bind_int64(put, 1, static_cast<sqlite3_int64>(snap.seq));
+      sqlite3_bind_blob64(put, 2, snap.image.data(), snap.image.size(), SQLITE_STATIC);
+      if (sqlite3_step(put) != SQLITE_DONE) st = Error("write snapshot");
+    }
+    sqlite3_finalize(put);
+    if (st.ok()) {
+      std::string drop = "DELETE FROM snapshots WHERE seq < " + std::to_string(snap.seq);
+      st = Exec(drop.c_str());
+    }
+    if (st.ok()) st = Exec("COMMIT");
+    if (!st.ok()) (void)Exec("ROLLBACK");
+    return st;
+  }
+
+  Result<StoredSnapshot> LoadSnapshot() override {
+    std::lock_guard lock(mu_);
+    sqlite3_stmt* s = nullptr;
+    LZ_RETURN_IF_ERROR(Prepare("SELECT seq, image FROM snapshots ORDER BY seq DESC LIMIT 1", &s));
+    StoredSnapshot snap;
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+      snap.seq = static_cast<uint64_t>(sqlite3_column_int64(s, 0));
+      const void* p = sqlite3_column_blob(s, 1);
+      snap.image.assign(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, 1)));
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("read snapshot");
+    return snap;
   }
 
   Result<uint64_t> LastSeq() override {

@@ -7,8 +7,10 @@
 //    record in apply order, with the principal that caused it (the audit log);
 //  - the token table: SHA-256 hashes of bearer tokens with their role, never a
 //    token itself.
-// The engine's state is not stored: recovery replays the journal into a fresh
-// engine, which gives the same state because the engine is deterministic.
+// Recovery replays the journal into a fresh engine, which gives the same state
+// because the engine is deterministic; a store may also keep snapshots (an
+// image of the market core at a journal seq, MarketCore::TakeSnapshot), so
+// recovery restores the newest and replays only the journal after it.
 //
 // Thread-safety: every method may be called from any thread; implementations
 // serialize internally. Commit is called by one committer thread at a time.
@@ -40,6 +42,14 @@ struct TokenRecord {
   bool revoked = false;
   int64_t created = 0;   // Wall-clock microseconds.
   bool operator==(const TokenRecord&) const = default;
+};
+
+// A market core's image covering the journal up to and including `seq`
+// (MarketCore::TakeSnapshot; docs/HA.md, "Snapshots and compaction").
+struct StoredSnapshot {
+  uint64_t seq = 0;
+  std::string image;
+  bool empty() const { return image.empty(); }
 };
 
 // One atomic unit of durability.
@@ -82,6 +92,18 @@ class Store {
   // begun (its sidecar written) but never committed, so a restart finishes it
   // with the same identity and admin token; "" otherwise.
   virtual std::string PendingIdentity() const { return {}; }
+
+  // The newest complete snapshot; empty if the store keeps none (recovery
+  // then replays the whole journal).
+  virtual Result<StoredSnapshot> LoadSnapshot() { return StoredSnapshot{}; }
+  // Keeps `snap` (whose seq must be committed) as the newest snapshot and
+  // drops older ones. The journal is not touched (SQLite and memory keep it
+  // whole for replay and explain; EtcdStore::Truncate shrinks etcd's).
+  // UNIMPLEMENTED for a store that keeps none.
+  virtual Status WriteSnapshot(const StoredSnapshot& snap) {
+    (void)snap;
+    return Unimplemented("store: this store keeps no snapshots");
+  }
 };
 
 // The sidecar "DB.identity" beside a SQLite database: the market's identity

@@ -19,12 +19,15 @@ Scenarios:
   members  three members: lose one, the market works; lose two, mutations
            fail with UNAVAILABLE and nothing acknowledged is lost; a member
            returns, service resumes.
-  join     a replica started late (after snapshots folded the journal and
-           etcd history was compacted) catches up and has the same digest.
+  join     under load, several snapshot rounds keep the journal keys and
+           etcd's database in use bounded; a replica started late (after
+           snapshots truncated the journal and etcd history was compacted)
+           restores the newest snapshot, replays only the tail and has the
+           same digest.
   lag      (a measurement, not a check) how long after an acknowledged
            mutation a follower has applied it.
 
-Usage: ha_test.py --build DIR [--kills N] [--seed S] SCENARIO...
+Usage: ha_test.py --build DIR [--kills N] [--seed S] [--join-seconds N] SCENARIO...
 Exit status 0 only if every scenario passed; one line "ha-SCENARIO: ..." each.
 """
 import argparse
@@ -815,26 +818,63 @@ def run_members(args):
         return ok
 
 
+def etcd_footprint(s):
+    """(journal keys, snapshot keys, largest member's dbSizeInUse in bytes, largest dbSize) now."""
+    env = dict(os.environ, ETCDCTL_API="3")
+
+    def keys(prefix):
+        return len(subprocess.run(["etcdctl", "--endpoints", s.etcd.endpoints(), "get", "--prefix", prefix,
+                                   "--keys-only"], capture_output=True, text=True, timeout=10,
+                                  env=env).stdout.split())
+    status = subprocess.run(["etcdctl", "--endpoints", s.etcd.endpoints(), "endpoint", "status", "-w", "json"],
+                            capture_output=True, text=True, timeout=10, env=env).stdout
+    members = json.loads(status or "[]")
+    in_use = max((m["Status"].get("dbSizeInUse", 0) for m in members), default=0)
+    size = max((m["Status"].get("dbSize", 0) for m in members), default=0)
+    return keys("/laissez/j/"), keys("/laissez/s/") + keys("/laissez/m/"), in_use, size
+
+
 def run_join(args):
     with Scenario(args, "join", replicas=2, snapshot_ms=500) as s:
         tenants = setup_market(s.m, s.admin, 4)
         load = Load(s.m, s.admin, tenants)
         load.start()
-        time.sleep(4)  # Several snapshot rounds: folds and history compaction.
+        # Several snapshot rounds under load: the journal keys and etcd's
+        # database in use must stay bounded while the journal grows.
+        samples = []
+        for _ in range(max(3, args.join_seconds)):
+            time.sleep(1)
+            leader = s.reps.leader()
+            seq = (s.reps.health(leader) or {}).get("applied_seq", 0) if leader is not None else 0
+            samples.append((seq,) + etcd_footprint(s))
         load.finish()
         late = s.reps.add()
         s.reps.start(late)
         s.reps.wait_up(late)
         same, seq = same_digest(s.reps, s.m, s.admin, tenants, range(len(s.reps.p)))
         log = open(os.path.join(s.work, "replica%d.log" % late)).read()
-        keys = subprocess.run(["etcdctl", "--endpoints", s.etcd.endpoints(), "get", "--prefix", "/laissez/j/",
-                               "--keys-only"], capture_output=True, text=True, timeout=10,
-                              env=dict(os.environ, ETCDCTL_API="3")).stdout.split()
+        jkeys, skeys, in_use, size = etcd_footprint(s)
         acked, lost, conserved = check_acked(s.m, s.admin, load)
-        ok = same and lost == 0 and conserved and seq is not None and len(keys) < seq
-        print("ha-join: digests_equal=%s seq=%s journal_keys=%d acked=%d lost=%d conserved=%s late=%r" %
-              (same, seq, len(keys), acked, lost, "yes" if conserved else "no",
-               [l for l in log.splitlines() if "replayed" in l][:1]))
+        note = [l for l in log.splitlines() if "replayed" in l][:1]
+        restored = replayed = None
+        if note:
+            words = note[0].replace(",", "").split()
+            if "snapshot" in words:
+                restored = int(words[words.index("seq") + 1])
+            replayed = int(words[words.index("replayed") + 1])
+        # Bounded: the journal keys left are the tail since the last snapshot
+        # (at most a few rounds of batches), never the whole history; the
+        # database in use does not keep growing with the journal.
+        grew = samples[-1][0] - samples[1][0]
+        bounded_keys = all(k <= max(100, sq // 4) for sq, k, _, _, _ in samples) and jkeys < seq
+        bounded_db = samples[-1][3] <= 2 * samples[1][3] + (1 << 20)
+        ok = (same and lost == 0 and conserved and seq is not None and bounded_keys and bounded_db and
+              restored is not None and restored > 0 and replayed < seq and skeys <= 8 and grew > 0)
+        print("ha-join: digests_equal=%s seq=%s late_replica: restored snapshot seq=%s, replayed %s of %s records; "
+              "journal_keys=%d snapshot_keys=%d acked=%d lost=%d conserved=%s" %
+              (same, seq, restored, replayed, seq, jkeys, skeys, acked, lost, "yes" if conserved else "no"))
+        print("ha-join: rounds (seq, journal keys, snapshot keys, db in use, db size): %s" %
+              "; ".join("%d %d %d %d %d" % x for x in samples + [(seq or 0, jkeys, skeys, in_use, size)]))
         return ok
 
 
@@ -864,6 +904,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--join-seconds", type=int, default=5,
+                    help="join: seconds of load (one footprint sample a second) before the late replica starts")
     args = ap.parse_args()
     random.seed(args.seed)
     args.laissez = os.path.join(args.build, "laissez")

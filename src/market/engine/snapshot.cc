@@ -18,6 +18,8 @@
 // Member functions of MarketEngine (state: engine_impl.h).
 #include "market/engine/engine_impl.h"
 
+#include "common/fnv.h"
+
 namespace laissez::market {
 namespace {
 
@@ -25,15 +27,6 @@ constexpr char kMagic[8] = {'L', 'Z', 'E', 'N', 'G', 'S', 'N', 'P'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeader = sizeof(kMagic) + 4 + 8;  // Magic, version, payload length.
 constexpr size_t kTrailer = 8;                      // FNV-1a 64 of the payload.
-
-uint64_t Fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 void PutFixed(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -616,7 +609,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   PutFixed(&image, kVersion, 4);
   PutFixed(&image, w.out.size(), 8);
   image += w.out;
-  PutFixed(&image, Fnv1a(w.out), 8);
+  PutFixed(&image, Fnv1a64(w.out), 8);
   return image;
 }
 
@@ -636,7 +629,7 @@ Status MarketEngine::Restore(std::string_view image) {
                     Num(image.size() - kHeader - kTrailer) + " bytes): truncated or padded");
   }
   std::string_view payload = image.substr(kHeader, length);
-  if (GetFixed(image, kHeader + length, 8) != Fnv1a(payload)) return DataLoss("snapshot: checksum mismatch (corrupt image)");
+  if (GetFixed(image, kHeader + length, 8) != Fnv1a64(payload)) return DataLoss("snapshot: checksum mismatch (corrupt image)");
 
   Reader r(payload);
   r.section = "options";
