@@ -244,6 +244,67 @@ int RunEngineBench(uint32_t nodes, uint64_t ops, uint32_t seed, bool json, const
   return 0;
 }
 
+// Snapshot size and time (docs/SNAPSHOT.md): a free market, then every node
+// held, then resting demand on top, as in `retention`; Snapshot and Restore
+// timed on the last.
+int RunSnapshotBench(uint32_t nodes, int repeats, bool json) {
+  uint32_t tenants = std::max<uint32_t>(16, nodes / 50);
+  Cluster c = Build(nodes, tenants);
+  MarketEngine& e = *c.engine;
+  size_t free_bytes = e.Snapshot().size();
+  for (uint32_t i = 0; i < nodes; ++i) {
+    (void)e.PlaceOrder(0, c.tenants[i % tenants], OrderSpec{e.topology().node(NodeId(i)).leaf, 100 * kUnit + (i % 97)});
+  }
+  size_t held_bytes = e.Snapshot().size();
+  size_t held_orders = e.resting_order_count();
+  for (VertexId z : c.zones) {
+    for (uint32_t k = tenants; k-- > 0;) (void)e.PlaceOrder(0, c.tenants[k], OrderSpec{z, 10 * kUnit + k});
+  }
+  for (VertexId r : c.racks) (void)e.PlaceOrder(0, c.tenants[r.value % tenants], OrderSpec{r, 20 * kUnit});
+  size_t resting = e.resting_order_count() - held_orders;
+  std::string image;
+  std::vector<double> save_ms, load_ms;
+  for (int i = 0; i < repeats; ++i) {
+    auto a = Clock::now();
+    image = e.Snapshot();
+    save_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
+    MarketEngine restored;
+    a = Clock::now();
+    Status st = restored.Restore(image);
+    load_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench snapshot: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  std::sort(save_ms.begin(), save_ms.end());
+  std::sort(load_ms.begin(), load_ms.end());
+  double per_free = double(free_bytes) / nodes, per_held = double(held_bytes) / nodes;
+  double per_order = resting ? double(image.size() - held_bytes) / resting : 0;
+  if (json) {
+    nlohmann::json j = {{"nodes", nodes},
+                        {"tenants", tenants},
+                        {"bytes_free_market", free_bytes},
+                        {"bytes_per_free_node", per_free},
+                        {"bytes_all_held", held_bytes},
+                        {"bytes_per_held_node", per_held},
+                        {"resting_orders", resting},
+                        {"bytes_per_resting_order", per_order},
+                        {"bytes", image.size()},
+                        {"snapshot_ms_median", save_ms[save_ms.size() / 2]},
+                        {"restore_ms_median", load_ms[load_ms.size() / 2]}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("nodes %u, tenants %u\n", nodes, tenants);
+    std::printf("free market: %zu B (%.1f B per node)\n", free_bytes, per_free);
+    std::printf("every node held (one filled order each): %zu B (%.1f B per held node)\n", held_bytes, per_held);
+    std::printf("plus %zu resting orders: %zu B (%.1f B per resting order)\n", resting, image.size(), per_order);
+    std::printf("snapshot %.1f ms, restore %.1f ms (median of %d)\n", save_ms[save_ms.size() / 2],
+                load_ms[load_ms.size() / 2], repeats);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, int* exit_code) {
@@ -261,6 +322,15 @@ void RegisterBenchCommands(CLI::App& app, int* exit_code) {
   engine->add_option("--seed", seed, "Random seed");
   engine->add_flag("--json", json, "Print one JSON document");
   engine->callback([exit_code] { *exit_code = RunEngineBench(nodes, ops, seed, json, only); });
+
+  auto* snap = bench->add_subcommand("snapshot", "Engine snapshot size (per node, per order) and save/restore time");
+  static uint32_t snap_nodes = 100'000;
+  static int repeats = 5;
+  static bool snap_json = false;
+  snap->add_option("--nodes", snap_nodes, "Cluster size")->capture_default_str()->check(CLI::Range(16u, 10'000'000u));
+  snap->add_option("--repeats", repeats, "Timed snapshot + restore pairs")->capture_default_str()->check(CLI::Range(1, 100));
+  snap->add_flag("--json", snap_json, "Print one JSON document");
+  snap->callback([exit_code] { *exit_code = RunSnapshotBench(snap_nodes, repeats, snap_json); });
 }
 
 }  // namespace laissez::cli
