@@ -819,19 +819,24 @@ def run_members(args):
 
 
 def etcd_footprint(s):
-    """(journal keys, snapshot keys, largest member's dbSizeInUse in bytes, largest dbSize) now."""
+    """(journal keys, snapshot keys, largest member's dbSizeInUse in bytes, largest dbSize, the
+    first seq the journal in etcd still holds) now."""
     env = dict(os.environ, ETCDCTL_API="3")
 
+    def key_list(prefix):
+        return subprocess.run(["etcdctl", "--endpoints", s.etcd.endpoints(), "get", "--prefix", prefix,
+                               "--keys-only"], capture_output=True, text=True, timeout=10, env=env).stdout.split()
+
     def keys(prefix):
-        return len(subprocess.run(["etcdctl", "--endpoints", s.etcd.endpoints(), "get", "--prefix", prefix,
-                                   "--keys-only"], capture_output=True, text=True, timeout=10,
-                                  env=env).stdout.split())
+        return len(key_list(prefix))
+    journal = key_list("/laissez/j/")
+    first = int(journal[0].rsplit("/", 1)[1]) if journal else 0
     status = subprocess.run(["etcdctl", "--endpoints", s.etcd.endpoints(), "endpoint", "status", "-w", "json"],
                             capture_output=True, text=True, timeout=10, env=env).stdout
     members = json.loads(status or "[]")
     in_use = max((m["Status"].get("dbSizeInUse", 0) for m in members), default=0)
     size = max((m["Status"].get("dbSize", 0) for m in members), default=0)
-    return keys("/laissez/j/"), keys("/laissez/s/") + keys("/laissez/m/"), in_use, size
+    return len(journal), keys("/laissez/s/") + keys("/laissez/m/"), in_use, size, first
 
 
 def run_join(args):
@@ -853,7 +858,7 @@ def run_join(args):
         s.reps.wait_up(late)
         same, seq = same_digest(s.reps, s.m, s.admin, tenants, range(len(s.reps.p)))
         log = open(os.path.join(s.work, "replica%d.log" % late)).read()
-        jkeys, skeys, in_use, size = etcd_footprint(s)
+        jkeys, skeys, in_use, size, first = etcd_footprint(s)
         acked, lost, conserved = check_acked(s.m, s.admin, load)
         note = [l for l in log.splitlines() if "replayed" in l][:1]
         restored = replayed = None
@@ -866,15 +871,18 @@ def run_join(args):
         # (at most a few rounds of batches), never the whole history; the
         # database in use does not keep growing with the journal.
         grew = samples[-1][0] - samples[1][0]
-        bounded_keys = all(k <= max(100, sq // 4) for sq, k, _, _, _ in samples) and jkeys < seq
+        bounded_keys = all(k <= max(100, sq // 4) for sq, k, _, _, _, _ in samples) and jkeys < seq
         bounded_db = samples[-1][3] <= 2 * samples[1][3] + (1 << 20)
-        ok = (same and lost == 0 and conserved and seq is not None and bounded_keys and bounded_db and
+        # Truncated: the journal's first record in etcd moves up round by
+        # round (folding alone would keep seq 1 there for ever).
+        truncated = first > 1 and samples[-1][5] > samples[0][5]
+        ok = (same and lost == 0 and conserved and seq is not None and bounded_keys and bounded_db and truncated and
               restored is not None and restored > 0 and replayed < seq and skeys <= 8 and grew > 0)
         print("ha-join: digests_equal=%s seq=%s late_replica: restored snapshot seq=%s, replayed %s of %s records; "
               "journal_keys=%d snapshot_keys=%d acked=%d lost=%d conserved=%s" %
               (same, seq, restored, replayed, seq, jkeys, skeys, acked, lost, "yes" if conserved else "no"))
-        print("ha-join: rounds (seq, journal keys, snapshot keys, db in use, db size): %s" %
-              "; ".join("%d %d %d %d %d" % x for x in samples + [(seq or 0, jkeys, skeys, in_use, size)]))
+        print("ha-join: rounds (seq, journal keys, snapshot keys, db in use, db size, first journal seq in etcd): %s" %
+              "; ".join("%d %d %d %d %d %d" % x for x in samples + [(seq or 0, jkeys, skeys, in_use, size, first)]))
         return ok
 
 
