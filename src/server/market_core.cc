@@ -29,7 +29,8 @@ std::string EncodeJournalRecord(const market::Operation& op, uint64_t created_id
 }
 
 // The core's snapshot image (TakeSnapshot): "LZCORE01", the journal seq it
-// covers, the idempotency keys oldest first, the engine's image, then an
+// covers, the position (seq, index) of the last event at or before it, the
+// idempotency keys oldest first, the engine's image, then an
 // FNV-1a 64 checksum of all before it. Fixed-width little-endian integers,
 // strings with a u64 length.
 constexpr std::string_view kCoreMagic = "LZCORE01";
@@ -146,6 +147,11 @@ class MarketCore::Sink final : public market::EventSink {
  public:
   explicit Sink(MarketCore* core) : core_(core) {}
   void OnEvents(std::span<const market::Event> events) override {
+    if (!events.empty()) {  // Counted as Render numbers them.
+      EventPos& last = core_->last_event_;
+      uint32_t n = static_cast<uint32_t>(events.size());
+      last = last.seq == core_->next_seq_ ? EventPos{last.seq, last.index + n} : EventPos{core_->next_seq_, n - 1};
+    }
     if (core_->pending_ &&
         (core_->options_.event_ring > 0 || core_->subscriber_count_.load(std::memory_order_relaxed) > 0)) {
       core_->Render(events);
@@ -202,9 +208,13 @@ Status MarketCore::Start(const MarketCreation& creation) {
     if (!last.empty()) ring_from = last.back().seq > options_.event_ring ? last.back().seq - options_.event_ring + 1 : 1;
     ring_from = std::max(ring_from == UINT64_MAX ? 1 : ring_from, restored_seq_ + 1);
   }
+  // After a restore the ring holds nothing before the snapshot; a watch that
+  // saw the snapshot's last event missed nothing, so it may resume.
+  EventPos start_floor = restored_seq_ > 0 ? restored_last_event_ : EventPos{};
   if (restored_seq_ > 0) {
     std::lock_guard lock(subs_mu_);
-    ring_floor_ = delivered_ = EventPos::AllOf(restored_seq_);  // Nothing before the snapshot is held.
+    delivered_ = EventPos::AllOf(restored_seq_);
+    ring_floor_ = start_floor;
   }
   uint64_t expect = restored_seq_ + 1;
   Status st = store_->ReadJournal(restored_seq_, [&](const JournalRecord& r) -> Status {
@@ -215,7 +225,8 @@ Status MarketCore::Start(const MarketCreation& creation) {
       pending_ = std::make_unique<Pending>();  // The sink renders from here on.
       std::lock_guard lock(subs_mu_);
       delivered_ = EventPos::AllOf(r.seq - 1);
-      ring_floor_ = r.seq == 1 ? EventPos{} : delivered_;  // From the very first event.
+      // From the very first event, or the last one the snapshot covers.
+      ring_floor_ = r.seq == restored_seq_ + 1 ? start_floor : delivered_;
     }
     next_seq_ = r.seq;  // The seq the sink gives this record's events.
     LZ_RETURN_IF_ERROR(ApplyRecord(r));
@@ -464,6 +475,8 @@ Result<StoredSnapshot> MarketCore::TakeSnapshot() {
     std::string& out = snap->image;
     out.append(kCoreMagic);
     PutU64(&out, snap->seq);
+    PutU64(&out, last_event_.seq);
+    PutU64(&out, last_event_.index);
     PutU64(&out, keyed_order_.size());
     for (const std::string& id : keyed_order_) PutKeyed(&out, id, keyed_.at(id));
     PutStr(&out, engine_->Snapshot(kSnapshotLedgerTail));
@@ -485,6 +498,10 @@ Status MarketCore::RestoreSnapshot(const StoredSnapshot& snap) {
   ImageReader r{image.substr(kCoreMagic.size(), image.size() - kCoreMagic.size() - 8)};
   uint64_t seq = r.U64("snapshot seq");
   if (r.error.empty() && seq != snap.seq) return bad("the image covers seq " + std::to_string(seq));
+  EventPos last_event;
+  last_event.seq = r.U64("snapshot last event seq");
+  last_event.index = static_cast<uint32_t>(r.U64("snapshot last event index"));
+  if (r.error.empty() && last_event.seq > seq) return bad("the last event's seq is past the image's");
   uint64_t keys = r.U64("snapshot key count");
   std::unordered_map<std::string, KeyedOutcome> keyed;
   std::deque<std::string> order;
@@ -502,6 +519,7 @@ Status MarketCore::RestoreSnapshot(const StoredSnapshot& snap) {
   keyed_ = std::move(keyed);
   keyed_order_ = std::move(order);
   restored_seq_ = seq;
+  last_event_ = restored_last_event_ = last_event;
   return Status::Ok();
 }
 

@@ -313,6 +313,11 @@ class MarketCore {
                    uint64_t created_id, uint64_t seq);
   uint64_t event_seq_ = 0;    // Position of the last rendered event.
   uint32_t event_index_ = 0;
+  // Position of the last event the engine emitted, rendered or not (writer
+  // thread). A snapshot keeps it, so a watch that saw every event up to the
+  // snapshot resumes after a restore although the ring starts after it.
+  EventPos last_event_;
+  EventPos restored_last_event_;  // last_event_ as the restored snapshot had it.
   std::chrono::steady_clock::time_point last_advance_;
 
   // Command queue.

@@ -751,6 +751,42 @@ TEST_F(ServerFixture, ResumeFromBeforeARestartContinuesExactly) {
   ExpectSameEvents(all, joined, 0, joined.size());
 }
 
+// After a restore the ring starts at the snapshot, but a watch that saw the
+// snapshot's last event missed nothing: it resumes. One that stopped before
+// that event is OUT_OF_RANGE (the events in between were not replayed).
+TEST_F(ServerFixture, ResumeFromTheSnapshotsLastEventAfterARestore) {
+  ServerOptions o = RestartOnDisk("snapring.db");
+  o.snapshot_every = std::chrono::milliseconds(0);  // Snapshots only when this test takes them.
+  server_->Shutdown();
+  StartServer(o);
+  Populate();
+  std::vector<pb::Event> before;
+  uint64_t snap_seq = 0;
+  {
+    Watcher all(op_stub_.get(), op_, pb::WatchRequest());
+    ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit).ok());
+    ASSERT_TRUE(Place(b_, "h100x8", 12 * kUnit).ok());
+    auto snap = server_->core().TakeSnapshot();
+    ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+    ASSERT_TRUE(server_->store().WriteSnapshot(*snap).ok());
+    snap_seq = snap->seq;
+    before = Settled(all);  // Every event the snapshot covers, and maybe later ones.
+    ASSERT_GE(before.size(), 2u);
+    ASSERT_LE(before.front().seq(), snap_seq);
+  }
+  server_->Shutdown();
+  StartServer(o);
+  ASSERT_EQ(server_->core().restored_seq(), snap_seq);
+  Watcher resumed(op_stub_.get(), op_, After(before.back()));
+  ASSERT_TRUE(Place(a_, "l4", 5 * kUnit).ok());
+  std::vector<pb::Event> after = Settled(resumed);
+  ASSERT_FALSE(after.empty());
+  EXPECT_TRUE(after.front().seq() > before.back().seq() ||
+              (after.front().seq() == before.back().seq() && after.front().index() > before.back().index()));
+  Watcher old(op_stub_.get(), op_, After(before.front()));
+  EXPECT_EQ(old.WaitEnd().error_code(), StatusCode::OUT_OF_RANGE);
+}
+
 // With a small ring, a restart keeps only the last records' events: a
 // position older than that is OUT_OF_RANGE, as it would be live.
 TEST_F(ServerFixture, ResumeFromBeforeTheRefilledRingIsOutOfRange) {
