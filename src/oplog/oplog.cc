@@ -949,29 +949,78 @@ std::string EncodeOperation(const Operation& op, uint64_t created_id) {
   return s;
 }
 
+namespace {
+
+// The fixed-size part of an event line, formatted into a stack buffer and
+// appended to the output once: an append per field (a capacity check and a
+// call each) cost more than the formatting itself on the replay path. Its
+// largest possible content (the prefix, the longest type name, five ids and
+// four 64-bit numbers with their keys) is under 400 bytes.
+class EventLine {
+ public:
+  void Lit(std::string_view s) {
+    std::memcpy(p_, s.data(), s.size());
+    p_ += s.size();
+  }
+  void Int(int64_t v) { p_ = std::to_chars(p_, buf_ + sizeof buf_, v).ptr; }
+  void K(Key k) {
+    *p_++ = ',';
+    *p_++ = '"';
+    Lit(kKeyNames[k]);
+    *p_++ = '"';
+    *p_++ = ':';
+  }
+  template <typename IdT>
+  void IdIfValid(Key k, IdT id) {
+    if (!id.valid()) return;
+    K(k);
+    p_ = std::to_chars(p_, buf_ + sizeof buf_, static_cast<uint64_t>(id.value)).ptr;
+  }
+  void Special(Key k, int64_t v, int64_t special, std::string_view name) {
+    K(k);
+    if (v == special) Lit(name);
+    else Int(v);
+  }
+  std::string_view view() const { return {buf_, static_cast<size_t>(p_ - buf_)}; }
+
+ private:
+  char buf_[512];
+  char* p_ = buf_;
+};
+
+}  // namespace
+
 void AppendEvent(const Event& e, std::string* out) {
-  Writer w(out);
-  out->append("{\"v\":1,\"t\":");
+  EventLine w;
+  w.Lit("{\"v\":1,\"t\":");
   w.Int(e.time);
-  out->append(",\"event\":\"");
-  out->append(market::EventTypeName(e.type));
-  out->push_back('"');
+  w.Lit(",\"event\":\"");
+  w.Lit(market::EventTypeName(e.type));  // A short constant name.
+  w.Lit("\"");
   uint64_t m = EventFields(e.type);
   w.IdIfValid(kNode, e.node);
   w.IdIfValid(kTenant, e.tenant);
   w.IdIfValid(kOther, e.other);
   w.IdIfValid(kOrder, e.order);
   w.IdIfValid(kVertex, e.vertex);
-  if ((m & Bit(kPrice)) || e.price != 0) w.Price(kPrice, e.price);
-  if ((m & Bit(kAmount)) || e.amount != 0) w.Int(kAmount, e.amount);
-  if ((m & Bit(kWaived)) || e.waived != 0) w.Int(kWaived, e.waived);
-  if ((m & Bit(kDeadline)) || e.deadline != 0) w.Time(kDeadline, e.deadline);
+  if ((m & Bit(kPrice)) || e.price != 0) w.Special(kPrice, e.price, kInfPrice, "\"inf\"");
+  if ((m & Bit(kAmount)) || e.amount != 0) {
+    w.K(kAmount);
+    w.Int(e.amount);
+  }
+  if ((m & Bit(kWaived)) || e.waived != 0) {
+    w.K(kWaived);
+    w.Int(e.waived);
+  }
+  if ((m & Bit(kDeadline)) || e.deadline != 0) w.Special(kDeadline, e.deadline, kNever, "\"never\"");
+  out->append(w.view());
+  Writer tail(out);
   if ((m & Bit(kReasons)) || e.reasons != 0) {
-    w.K(kReasons);
+    tail.K(kReasons);
     AppendEscaped(market::ReasonNames(e.reasons), out);
   }
   if ((m & Bit(kCancelReason)) || e.cancel_reason != market::CancelReason::kNone) {
-    w.K(kCancelReason);
+    tail.K(kCancelReason);
     AppendEscaped(market::CancelReasonName(e.cancel_reason), out);
   }
   out->push_back('}');
