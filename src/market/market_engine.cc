@@ -96,6 +96,7 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
       }
     }
     m.params_ = params;
+    m.DecayInputsChanged();
     if (old.grace != params.grace) {
       // Grace costs of every limit and open order change.
       for (uint32_t i = 0; i < m.tenants_.size(); ++i) {

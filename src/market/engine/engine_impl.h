@@ -118,6 +118,7 @@ class BookTable {
   Price top(uint32_t v) const { return top_[v]; }  // Sized with the vertices (Resize).
   // A reference valid until the next Mutable call; call Retop(v) after changing it.
   std::vector<BookEntry>& Mutable(uint32_t v) {
+    ++generation_;
     if (index_[v] == kNone) {
       index_[v] = static_cast<uint32_t>(pool_.size());
       pool_.emplace_back();
@@ -128,6 +129,8 @@ class BookTable {
     const auto& b = (*this)[v];
     top_[v] = b.empty() ? -1 : b.front().price;
   }
+  // Counts Mutable calls: a value read earlier still holds if it is unchanged.
+  uint64_t generation() const { return generation_; }
   size_t total_entries() const {
     size_t n = 0;
     for (const auto& b : pool_) n += b.size();
@@ -145,6 +148,7 @@ class BookTable {
   std::vector<uint32_t> index_;
   std::vector<Price> top_;
   std::vector<std::vector<BookEntry>> pool_;
+  uint64_t generation_ = 0;
 };
 
 // Fields are ordered so that the 4-byte and 1-byte ones pack without padding.
@@ -344,11 +348,13 @@ class MarketEngine::Impl {
   }
   void StopDecay(NodeId n) {
     NodeState& s = nodes_[n.value];
+    if (s.decaying) DecayInputsChanged();
     if (s.decaying) decay_state_.erase(n.value);
     s.decaying = false;
   }
   void StartDecay(NodeId n, Price paid) {
     decay_state_[n.value] = {paid, now_};
+    DecayInputsChanged();
     nodes_[n.value].decaying = true;
   }
 
@@ -641,11 +647,32 @@ class MarketEngine::Impl {
   // ---------------------------------------------------------------- decay (volatility.cc)
   Micros DecayCrossing(uint32_t i) const;
 
+  // The earliest decay crossing, cached (issue 12: every call's NextTime
+  // asked every decaying node). A node's next crossing does not move while
+  // time passes before it: the highest resting price below its floor stays
+  // the highest one until the floor reaches it. So the minimum holds until
+  // then, or until an input changes: a book (the books' generation), the
+  // topology (its generation), a node's state (RefreshNode outside
+  // RefreshDecay, whose re-keying only follows time), decay starting or
+  // stopping, or the parameters (SetParams).
   Micros NextDecay() const {
-    Micros best = kNever;
-    for (uint32_t i : decaying_) best = std::min(best, DecayCrossing(i));
-    return best;
+    if (decaying_.empty()) return kNever;
+    if (!decay_next_valid_ || decay_next_ <= now_ || decay_next_books_ != books_.generation() ||
+        decay_next_topo_ != topo_.generation()) {
+      Micros best = kNever;
+      for (uint32_t i : decaying_) best = std::min(best, DecayCrossing(i));
+      decay_next_ = best;
+      decay_next_valid_ = true;
+      decay_next_books_ = books_.generation();
+      decay_next_topo_ = topo_.generation();
+    }
+    return decay_next_;
   }
+  mutable Micros decay_next_ = kNever;
+  mutable bool decay_next_valid_ = false;
+  mutable uint64_t decay_next_books_ = 0, decay_next_topo_ = 0;
+  bool refreshing_decay_ = false;  // RefreshDecay is re-keying decaying nodes for the time.
+  void DecayInputsChanged() { decay_next_valid_ = false; }
 
   void RefreshDecay();
 

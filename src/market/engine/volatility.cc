@@ -105,7 +105,11 @@ void MarketEngine::Impl::RefreshDecay() {
     uint32_t i = decaying_[r];
     NodeState& s = nodes_[i];
     bool active = s.alive && s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX;
-    if (active) RefreshNode(NodeId(i));
+    if (active) {
+      refreshing_decay_ = true;
+      RefreshNode(NodeId(i));
+      refreshing_decay_ = false;
+    }
     // Keep the decay while it can still matter: until P - decay reaches 0
     // (the floor below may fall later, DESIGN.md 9b).
     bool running = false;
