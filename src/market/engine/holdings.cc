@@ -280,7 +280,12 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   if (rate_current && s.rate < old_limit && s.rate <= limit) rate_unchanged_node_ = n.value;
   if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
   // Lowering may let a resting order cross; RefreshNode already queued candidates.
-  MarkExhaustDirty(tid);
+  // A tenant that is not exhausted stays so when its need falls (exhaustion is
+  // monotone in the need), and its armed exhaustion check, a lower bound, only
+  // gets earlier than needed: a lowered limit with an unchanged rate leaves
+  // nothing to review (issue 12). A rate that changes marks the tenant when
+  // it is applied.
+  if (limit > old_limit || t.exhausted) MarkExhaustDirty(tid);
   return Status::Ok();
 }
 
