@@ -435,10 +435,6 @@ class MarketEngine::Impl {
   // Best leaf in [lo, hi) of type t by LeafLess, skipping leaves that `skip` rejects.
   // `tree` is ix.tree (every leaf) or ix.free_tree (free leaves only).
   template <typename Skip>
-  uint32_t FindBest(const TypeIndex& ix, uint32_t lo, uint32_t hi, Skip&& skip) const {
-    return FindBestIn(ix, ix.tree, lo, hi, skip);
-  }
-  template <typename Skip>
   uint32_t FindBestIn(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t lo, uint32_t hi,
                       Skip&& skip) const {
     uint32_t best = UINT32_MAX;
@@ -460,6 +456,19 @@ class MarketEngine::Impl {
     uint32_t mid = (nlo + nhi) / 2;
     FindRec(ix, tree, 2 * node, nlo, mid, lo, hi, skip, best);
     FindRec(ix, tree, 2 * node + 1, mid, nhi, lo, hi, skip, best);
+  }
+
+  // Best leaf in [lo, hi) of `tree` by LeafLess, skipping none: the same leaf
+  // as FindBestIn with nothing to skip (LeafLess is a total order), from the
+  // O(log n) segments that cover the range, bottom up, without recursion. A
+  // leaf vertex's range is one segment.
+  uint32_t RangeBest(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t lo, uint32_t hi) const {
+    uint32_t best = UINT32_MAX;
+    for (uint32_t l = lo + ix.size, r = hi + ix.size; l < r; l >>= 1, r >>= 1) {
+      if (l & 1) best = Better(ix, best, tree[l++]);
+      if (r & 1) best = Better(ix, best, tree[--r]);
+    }
+    return best;
   }
 
   NodeId BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude = nullptr);

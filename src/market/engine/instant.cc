@@ -48,8 +48,7 @@ Price MarketEngine::Impl::QuoteOf(VertexId v) {
   EnsureIndex();
   const TypeIndex& ix = index_[V(v).type.value];
   auto [lo, hi] = topo_.Range(v);
-  auto none = [](uint32_t) { return false; };
-  uint32_t leaf = FindBest(ix, lo, hi, none);
+  uint32_t leaf = RangeBest(ix, ix.tree, lo, hi);
   return leaf == UINT32_MAX ? kInfPrice : ix.obtain(leaf);
 }
 
