@@ -40,7 +40,7 @@ void MarketEngine::Impl::EnsureIndex() {
 }
 
 // Re-keys node n in its type's tree; marks candidates if its obtain price fell.
-void MarketEngine::Impl::RefreshNode(NodeId n) {
+void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   if (!refreshing_decay_) DecayInputsChanged();
   if (index_generation_ != topo_.generation()) {
     // The index is rebuilt lazily with fresh keys; the change must still wake
@@ -57,7 +57,7 @@ void MarketEngine::Impl::RefreshNode(NodeId n) {
   uint32_t free_entry = IsFree(nodes_[n.value]) ? leaf : UINT32_MAX;
   if (k == ix.key[leaf]) {
     if (ix.free_tree[ix.size + leaf] != free_entry) Rekey(ix, ix.free_tree, leaf, free_entry);
-    AddCandidatesAbove(n, now_obtain);
+    if (wake) AddCandidatesAbove(n, now_obtain);
     return;
   }
   ix.key[leaf] = k;
@@ -67,7 +67,7 @@ void MarketEngine::Impl::RefreshNode(NodeId n) {
   if (free_entry != UINT32_MAX || ix.free_tree[ix.size + leaf] != UINT32_MAX) Rekey(ix, ix.free_tree, leaf, free_entry);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
-  AddCandidatesAbove(n, now_obtain);
+  if (wake) AddCandidatesAbove(n, now_obtain);
   if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
 }
 

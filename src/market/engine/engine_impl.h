@@ -427,7 +427,11 @@ class MarketEngine::Impl {
 
   // Free: neither held nor reserved for a gang (what a free-only search takes).
   bool IsFree(const NodeState& s) const { return !s.holder.valid() && s.order_slot == UINT32_MAX; }
-  void RefreshNode(NodeId n);
+  // Re-keys n and queues the orders above it that reach its obtain price.
+  // `wake` false: the caller knows that no order can newly cross at n (its
+  // holder is unchanged and its obtain price did not fall), so the walk over
+  // its ancestors' books is skipped.
+  void RefreshNode(NodeId n, bool wake = true);
   // Sets leaf's entry in `tree` (one of ix's trees) and re-derives its ancestors.
   void Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf, uint32_t entry) const;
   void AddCandidatesAbove(NodeId n, Price price);

@@ -268,7 +268,9 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   t.need += new_cost - old_cost;
   Price old_limit = s.limit;
   s.limit = limit;
-  RefreshNode(n);
+  // A raised limit raises n's obtain price (or leaves it): an order that
+  // reaches it reached the old one, so it crossed then or is not eligible.
+  RefreshNode(n, /*wake=*/limit < old_limit);
   // p(n) = min(r, max(c, f)), and neither c nor f depends on r. A current
   // rate (not waiting in rate_dirty_) below the old limit is max(c, f)
   // itself, so the new rate is min(limit, rate): unchanged unless the limit
