@@ -531,8 +531,13 @@ class MarketEngine::Impl {
 
   // ---------------------------------------------------------------- exhaustion (ledger.cc)
   std::vector<uint32_t> exhaust_dirty_;
-  std::vector<uint8_t> exhaust_flag_;
+  std::vector<uint8_t> exhaust_flag_;  // 0: not queued, 1: review, 2: re-schedule only.
+  static constexpr uint32_t kRescheduleOnly = 1u << 31;  // Marks such a tenant in RunInstant's list.
   void MarkExhaustDirty(TenantId t);
+  // The tenant's need rose in a call that passed the budget test, which
+  // leaves it more than its committed need (at least the need): it cannot be
+  // exhausted now, but its exhaustion bound may come earlier (issue 12).
+  void MarkExhaustReschedule(TenantId t);
   Money Accrued(const Tenant& t, Micros at) const;
   Money Available(const Tenant& t, Micros at) const { return t.balance - Accrued(t, at); }
 

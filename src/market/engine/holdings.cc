@@ -282,12 +282,14 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   if (rate_current && s.rate < old_limit && s.rate <= limit) rate_unchanged_node_ = n.value;
   if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
   // Lowering may let a resting order cross; RefreshNode already queued candidates.
-  // A tenant that is not exhausted stays so when its need falls (exhaustion is
-  // monotone in the need), and its armed exhaustion check, a lower bound, only
-  // gets earlier than needed: a lowered limit with an unchanged rate leaves
-  // nothing to review (issue 12). A rate that changes marks the tenant when
-  // it is applied.
-  if (limit > old_limit || t.exhausted) MarkExhaustDirty(tid);
+  // The tenant's exhaustion (issue 12): one that is not exhausted stays so
+  // when its need falls (exhaustion is monotone in the need), and its armed
+  // check, a lower bound, only gets earlier than needed, so a lowered limit
+  // leaves nothing to do; a raise passed the budget test above, so it needs
+  // its bound re-scheduled, not a review. A rate that changes marks the
+  // tenant when it is applied.
+  if (t.exhausted) MarkExhaustDirty(tid);
+  else if (limit > old_limit) MarkExhaustReschedule(tid);
   return Status::Ok();
 }
 

@@ -82,9 +82,13 @@ void MarketEngine::Impl::RunInstant(bool settle_rates) {
       std::vector<uint32_t>& list = exhaust_scratch_;
       list.clear();
       list.swap(exhaust_dirty_);
-      for (uint32_t t : list) exhaust_flag_[t] = 0;
-      for (uint32_t t : list) {
-        changed |= ReviewExhaustion(t);
+      for (uint32_t& t : list) {
+        if (exhaust_flag_[t] == 2) t |= kRescheduleOnly;
+        exhaust_flag_[t & ~kRescheduleOnly] = 0;
+      }
+      for (uint32_t e : list) {
+        uint32_t t = e & ~kRescheduleOnly;
+        if (!(e & kRescheduleOnly)) changed |= ReviewExhaustion(t);
         RescheduleExhaustion(t);
       }
       if (changed) continue;

@@ -164,8 +164,18 @@ void MarketEngine::Impl::EndHolding(NodeId n) {
 
 void MarketEngine::Impl::MarkExhaustDirty(TenantId t) {
   if (exhaust_flag_.size() < tenants_.size()) exhaust_flag_.resize(tenants_.size(), 0);
+  uint8_t& f = exhaust_flag_[t.value];
+  if (f == 2) f = 1;  // Queued already: now it is reviewed as well.
+  if (!f) {
+    f = 1;
+    exhaust_dirty_.push_back(t.value);
+  }
+}
+
+void MarketEngine::Impl::MarkExhaustReschedule(TenantId t) {
+  if (exhaust_flag_.size() < tenants_.size()) exhaust_flag_.resize(tenants_.size(), 0);
   if (!exhaust_flag_[t.value]) {
-    exhaust_flag_[t.value] = 1;
+    exhaust_flag_[t.value] = 2;
     exhaust_dirty_.push_back(t.value);
   }
 }
