@@ -299,9 +299,19 @@ class MarketEngine::Impl {
     Price obtain(uint32_t leaf) const { return static_cast<Price>(key[leaf] >> 64); }
   };
   unsigned __int128 KeyOf(NodeId n) const {
-    unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(Obtain(n))) << 64;
-    if (nodes_[n.value].holder.valid()) k |= static_cast<unsigned __int128>(1) << 63;
-    return k | static_cast<uint64_t>(Floor(n));
+    const NodeState& s = nodes_[n.value];
+    Price obtain, floor;
+    if (s.alive && IsFree(s)) {
+      // A live free node's obtain price is its floor: one EffFloor (a hash
+      // lookup when it decays) instead of two.
+      obtain = floor = Floor(n);
+    } else {
+      obtain = Obtain(n);
+      floor = Floor(n);
+    }
+    unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(obtain)) << 64;
+    if (s.holder.valid()) k |= static_cast<unsigned __int128>(1) << 63;
+    return k | static_cast<uint64_t>(floor);
   }
   std::vector<TypeIndex> index_;
   uint64_t index_generation_ = UINT64_MAX;
@@ -695,9 +705,17 @@ class MarketEngine::Impl {
   void RefreshDecay();
 
   // ---------------------------------------------------------------- price events (instant.cc)
+  // Out of line: inlined, they made RefreshNode's every call dearer.
   void TouchVertex(VertexId v);
-  void TouchAncestors(VertexId v) {
-    for (; v.valid(); v = V(v).parent) TouchVertex(v);
+  void TouchAncestors(VertexId v);
+  void SizeTouched() {
+    if (vertex_touched_.size() < topo_.vertex_count()) vertex_touched_.resize(topo_.vertex_count(), 0);
+  }
+  void MarkTouched(uint32_t v) {
+    if (!vertex_touched_[v]) {
+      vertex_touched_[v] = 1;
+      touched_vertices_.push_back(v);
+    }
   }
   void EmitPriceChanges();
   Price QuoteOf(VertexId v);

@@ -18,11 +18,13 @@ void MarketEngine::Impl::Flush() {
 // ---------------------------------------------------------------- price events
 
 void MarketEngine::Impl::TouchVertex(VertexId v) {
-  if (vertex_touched_.size() < topo_.vertex_count()) vertex_touched_.resize(topo_.vertex_count(), 0);
-  if (!vertex_touched_[v.value]) {
-    vertex_touched_[v.value] = 1;
-    touched_vertices_.push_back(v.value);
-  }
+  SizeTouched();
+  MarkTouched(v.value);
+}
+
+void MarketEngine::Impl::TouchAncestors(VertexId v) {
+  SizeTouched();  // Once per path, not per vertex.
+  for (; v.valid(); v = V(v).parent) MarkTouched(v.value);
 }
 
 void MarketEngine::Impl::EmitPriceChanges() {
