@@ -533,6 +533,11 @@ class MarketEngine::Impl {
   // A node whose queued rate SetLimit showed to be unchanged; any other
   // change to the inputs of its rate (UpdateRate) drops the mark.
   uint32_t rate_unchanged_node_ = UINT32_MAX;
+  // A node SetLimit would have queued first, into an empty rate_dirty_, with
+  // its rate shown unchanged: it would be settled last and do nothing, so it
+  // is not queued (issue 12). If its rate's inputs change later in the
+  // instant, UpdateRate puts it back at the bottom, where it would have been.
+  uint32_t rate_phantom_ = UINT32_MAX;
   void UpdateRate(NodeId n);
   bool ApplyRate(NodeId n);
   bool ApplyRates();

@@ -275,11 +275,19 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   // rate (not waiting in rate_dirty_) below the old limit is max(c, f)
   // itself, so the new rate is min(limit, rate): unchanged unless the limit
   // goes below it. Then ApplyRate need not re-derive it (c(n) walks the books
-  // of every ancestor). The node still queues in rate_dirty_ at this point,
-  // which orders the settlements of the instant.
+  // of every ancestor). The node keeps its place in the order of the
+  // instant's settlements (rate_dirty_, or rate_phantom_ when it would be first).
   bool rate_current = n.value >= rate_dirty_flag_.size() || !rate_dirty_flag_[n.value];
-  UpdateRate(n);
-  if (rate_current && s.rate < old_limit && s.rate <= limit) rate_unchanged_node_ = n.value;
+  if (rate_current && s.rate < old_limit && s.rate <= limit) {
+    if (rate_dirty_.empty() && rate_phantom_ == UINT32_MAX) {
+      rate_phantom_ = n.value;  // Would be queued first: see rate_phantom_.
+    } else {
+      UpdateRate(n);
+      rate_unchanged_node_ = n.value;
+    }
+  } else {
+    UpdateRate(n);
+  }
   if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
   // Lowering may let a resting order cross; RefreshNode already queued candidates.
   // The tenant's exhaustion (issue 12): one that is not exhausted stays so

@@ -48,8 +48,14 @@ void MarketEngine::Impl::Settle(NodeId n) {
 
 void MarketEngine::Impl::UpdateRate(NodeId n) {
   if (n.value == rate_unchanged_node_) rate_unchanged_node_ = UINT32_MAX;
-  if (!nodes_[n.value].holder.valid()) return;
   if (rate_dirty_flag_.size() < nodes_.size()) rate_dirty_flag_.resize(nodes_.size(), 0);
+  if (n.value == rate_phantom_) {
+    rate_phantom_ = UINT32_MAX;
+    rate_dirty_flag_[n.value] = 1;
+    rate_dirty_.insert(rate_dirty_.begin(), n.value);
+    return;
+  }
+  if (!nodes_[n.value].holder.valid()) return;
   if (!rate_dirty_flag_[n.value]) {
     rate_dirty_flag_[n.value] = 1;
     rate_dirty_.push_back(n.value);
@@ -83,6 +89,7 @@ bool MarketEngine::Impl::ApplyRates() {
     rate_dirty_flag_[n] = 0;
     any |= ApplyRate(NodeId(n));
   }
+  rate_phantom_ = UINT32_MAX;  // Its turn, last: its rate is unchanged.
   return any;
 }
 
