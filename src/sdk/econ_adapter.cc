@@ -356,7 +356,8 @@ bool EconAdapter::NeedsReprice(Micros now) {
 Status EconAdapter::Reprice() {
   in_reprice_ = true;
   ++stats_.reprices;
-  reads_ = BookReads{};
+  reads_.quotes.clear();  // Keeps the capacity: no allocation per round.
+  reads_.unwatched = false;
   reprice_at_ = kNever;
   Status first;
   for (auto& [id, rs] : requests_) {
@@ -386,8 +387,9 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
   // 1. Retention limits of the held nodes.
   const uint32_t held = static_cast<uint32_t>(rs.nodes.size());
   if (held > 0) {
-    std::vector<HeldNode> nodes = rs.nodes;  // Relinquish may change the list.
-    for (const HeldNode& h : nodes) {
+    // The list does not change here: the market's answers to these calls
+    // (release events) wait in `deferred_` until the round is done.
+    for (HeldNode& h : rs.nodes) {
       const int option = h.option >= 0 ? h.option : rs.option;
       if (option < 0) continue;
       const size_t o = static_cast<size_t>(option);
@@ -412,8 +414,7 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
       Status s = client_->SetLimit(h.node, l);
       if (s.ok()) {
         ++stats_.limits_set;
-        for (HeldNode& x : rs.nodes)
-          if (x.node == h.node) x.limit = l;
+        h.limit = l;
       } else {
         ++stats_.rejected;
         note(s);

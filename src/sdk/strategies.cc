@@ -43,12 +43,12 @@ std::unique_ptr<PricingStrategy> OnDemandLike(laissez::Price high) { return std:
 std::unique_ptr<PricingStrategy> SpotLike(laissez::Price low) { return std::make_unique<FixedValue>(low); }
 
 ThroughputValue::ThroughputValue(laissez::Price value_per_hour, std::unordered_map<std::string, Ppm> speed_ppm)
-    : value_per_hour_(value_per_hour), speed_ppm_(std::move(speed_ppm)) {}
+    : value_per_hour_(value_per_hour), speed_ppm_(speed_ppm.begin(), speed_ppm.end()) {}
 
 std::optional<laissez::Price> ThroughputValue::ValueOf(const std::string& type) const {
-  auto it = speed_ppm_.find(type);
-  if (it == speed_ppm_.end() || it->second <= 0) return std::nullopt;
-  return Scale(value_per_hour_, it->second);
+  for (const auto& [name, ppm] : speed_ppm_)
+    if (name == type) return ppm > 0 ? std::optional<laissez::Price>(Scale(value_per_hour_, ppm)) : std::nullopt;
+  return std::nullopt;
 }
 
 std::optional<laissez::Price> ThroughputValue::Price(const NodeSpec& spec, const OrderBookView&) {
