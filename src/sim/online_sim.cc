@@ -42,7 +42,16 @@ double OnlineSim::CommittedAt(const JobRun& r, const Job& j, Micros t) const {
 
 double OnlineSim::WorkDone(uint32_t job) const { return DoneAt(runs_[job], world_.jobs[job], now_); }
 double OnlineSim::Uncommitted(uint32_t job) const {
-  return DoneAt(runs_[job], world_.jobs[job], now_) - CommittedAt(runs_[job], world_.jobs[job], now_);
+  const JobRun& r = runs_[job];
+  const Job& j = world_.jobs[job];
+  if (r.phase != Phase::kRunning || j.ckpt_interval <= 0) return DoneAt(r, j, now_) - CommittedAt(r, j, now_);
+  // Running with checkpoints: DoneAt - CommittedAt with the cycle count
+  // computed once (the tenants' limits read this every minute per node).
+  const double tau = static_cast<double>(now_ - r.run_start);
+  const double c = static_cast<double>(j.ckpt_interval), cyc = c + static_cast<double>(j.ckpt_save);
+  const double m = std::floor(tau / cyc);
+  const double done = std::min(j.ideal_hours, r.base + r.eff * (m * c + std::min(tau - m * cyc, c)) / kHour);
+  return done - std::min(j.ideal_hours, r.base + r.eff * m * c / kHour);
 }
 double OnlineSim::Remaining(uint32_t job) const { return world_.jobs[job].ideal_hours - WorkDone(job); }
 
@@ -247,10 +256,8 @@ void OnlineSim::CancelYield(uint32_t job) {
 
 void OnlineSim::Tick() {
   const Micros lookahead = 5 * kMinute;
-  for (uint32_t j = 0; j < runs_.size(); ++j) {
-    if (world_.jobs[j].kind != JobKind::kInference || runs_[j].phase == Phase::kPending ||
-        runs_[j].phase == Phase::kDone)
-      continue;
+  for (uint32_t j : inference_jobs_) {
+    if (runs_[j].phase == Phase::kPending || runs_[j].phase == Phase::kDone) continue;
     AccrueInference(j);
     double target = 0;
     for (Micros t = now_; t <= now_ + lookahead; t += kMinute) target = std::max(target, InferenceNeed(j, t));
@@ -290,7 +297,9 @@ Result<RunResult> OnlineSim::Execute(const std::string& mechanism_name) {
   holder_.assign(world_.nodes.size(), -1);
   holder_since_.assign(world_.nodes.size(), 0);
   open_batch_ = 0;
+  inference_jobs_.clear();
   for (uint32_t j = 0; j < world_.jobs.size(); ++j) {
+    if (world_.jobs[j].kind == JobKind::kInference) inference_jobs_.push_back(j);
     runs_[j].out.job = j;
     runs_[j].out.kind = world_.jobs[j].kind;
     if (IsBatch(j)) ++open_batch_;

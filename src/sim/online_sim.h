@@ -149,6 +149,9 @@ class OnlineSim {
   uint64_t seq_ = 0;
   Micros now_ = 0;
   uint32_t open_batch_ = 0;
+  // The serving fleets, ascending: the tick's autoscaler visits only these
+  // (a scan of every job each tick grew with the jobs of a week).
+  std::vector<uint32_t> inference_jobs_;
   Micros held_time_total_ = 0;  // Node-microseconds held (closed intervals).
   double energy_wh_ = 0;
   uint64_t grants_ = 0;
