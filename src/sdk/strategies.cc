@@ -6,10 +6,19 @@
 namespace laissez::sdk {
 namespace {
 
+// a x b / d (d > 0), truncated, as __int128. When a x b fits in 64 bits (the
+// usual case: prices times ppm or microseconds) the 64-bit division gives the
+// same result without the library's 128-bit divide.
+__int128 MulDiv(int64_t a, int64_t b, int64_t d) {
+  int64_t product;
+  if (!__builtin_mul_overflow(a, b, &product)) return product / d;
+  return static_cast<__int128>(a) * b / d;
+}
+
 // value x ppm / 1e6, rounded down, saturating.
 laissez::Price Scale(laissez::Price value, Ppm ppm) {
   if (value == kInfPrice) return kInfPrice;
-  __int128 r = static_cast<__int128>(value) * ppm / kPpm;
+  __int128 r = MulDiv(value, ppm, kPpm);
   if (r >= kInfPrice) return kInfPrice;
   if (r < 0) return 0;
   return static_cast<laissez::Price>(r);
@@ -117,7 +126,7 @@ MigrationAware::MigrationAware(std::unique_ptr<PricingStrategy> inner, Params pa
 laissez::Price MigrationAware::Premium(laissez::Price value) const {
   if (value == kInfPrice || p_.amortization <= 0) return 0;
   Micros cost_time = p_.overhead + (p_.uncommitted ? std::max<Micros>(0, p_.uncommitted()) : 0);
-  __int128 premium = static_cast<__int128>(value) * cost_time / p_.amortization;
+  __int128 premium = MulDiv(value, cost_time, p_.amortization);
   if (premium >= kInfPrice) return kInfPrice;
   return static_cast<laissez::Price>(premium);
 }
