@@ -174,6 +174,20 @@ TEST_F(StrategiesTest, MigrationAwareDefendsHeldNodesByTheCostOfMoving) {
   EXPECT_EQ(m.Price(Spec(), View()), 10 * kUnit);
 }
 
+TEST_F(StrategiesTest, LargeProductsAreExactBeyondSixtyFourBits) {
+  // value x time and value x ppm overflow int64 here: the 128-bit path must
+  // give the exact quotient, and saturate only at infinity.
+  const Price big = 4'000'000 * kUnit;  // 4e12 micro-units per node-hour.
+  MigrationAware::Params p;
+  p.overhead = 10 * 60 * kMinute;  // 10 h: 4e12 x 3.6e10 us overflows.
+  MigrationAware m(std::make_unique<FixedValue>(big), p);
+  EXPECT_EQ(m.Premium(big), 10 * big);
+  ThroughputValue t(kInfPrice / 2, {{"h100", 3 * kPpm}, {"a100", 1'500'001}});
+  EXPECT_EQ(t.Price(Spec("h100"), View()), kInfPrice);
+  EXPECT_EQ(t.Price(Spec("a100"), View()),
+            static_cast<Price>(static_cast<__int128>(kInfPrice / 2) * 1'500'001 / kPpm));
+}
+
 TEST_F(StrategiesTest, GangAwareValuesAHeldGangNodeAtTheWholeGang) {
   GangAware g(std::make_unique<FixedValue>(3 * kUnit));
   NodeSpec held = Spec();
