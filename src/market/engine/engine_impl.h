@@ -727,6 +727,14 @@ class MarketEngine::Impl {
 
   // ---------------------------------------------------------------- the instant (instant.cc)
   void RunInstant(bool settle_rates = true);
+  // Nothing for the instant loop to do (issue 12): no node to review, no
+  // scheduled work due, no gang to complete, no tenant's exhaustion queued,
+  // no candidate order, no rate to settle (rate_phantom_ is settled with
+  // nothing to do). RunInstant's first round would then change nothing.
+  bool InstantQuiet() const {
+    return dirty_nodes_.empty() && (sched_.empty() || sched_.begin()->time > now_) && gangs_to_check_.empty() &&
+           exhaust_dirty_.empty() && candidates_.empty() && rate_dirty_.empty();
+  }
   void RunDue();
 
   Micros NextTime() const {

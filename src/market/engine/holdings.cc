@@ -257,6 +257,8 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   }
   NodeState& s = nodes_[n.value];
   if (s.holder != tid) return PermissionDenied("node: the tenant does not hold node " + topo_.node(n).name);
+  // With nothing pending, this call's own work is the instant's first (see below).
+  bool quiet = InstantQuiet();
   Tenant& t = tenants_[tid.value];
   Money old_cost = GraceCost(s.limit, params_.grace), new_cost = GraceCost(limit, params_.grace);
   if (limit > s.limit) {  // CheckBudget passes a call that does not raise the committed rate.
@@ -288,7 +290,8 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   } else {
     UpdateRate(n);
   }
-  if (s.contested || Floor(n) > limit || t.exhausted) MarkDirty(n);
+  bool review = s.contested || Floor(n) > limit || t.exhausted;
+  if (review) MarkDirty(n);
   // Lowering may let a resting order cross; RefreshNode already queued candidates.
   // The tenant's exhaustion (issue 12): one that is not exhausted stays so
   // when its need falls (exhaustion is monotone in the need), and its armed
@@ -296,8 +299,15 @@ Status MarketEngine::Impl::SetLimitImpl(TenantId tid, NodeId n, Price limit) {
   // leaves nothing to do; a raise passed the budget test above, so it needs
   // its bound re-scheduled, not a review. A rate that changes marks the
   // tenant when it is applied.
-  if (t.exhausted) MarkExhaustDirty(tid);
-  else if (limit > old_limit) MarkExhaustReschedule(tid);
+  // When the instant was quiet and this call queued no node review, the
+  // re-scheduling would be the first thing the instant loop does (no deadline
+  // is due, no gang waits): done here, the loop has nothing left (issue 12).
+  if (t.exhausted) {
+    MarkExhaustDirty(tid);
+  } else if (limit > old_limit) {
+    if (quiet && !review) RescheduleExhaustion(tid.value);
+    else MarkExhaustReschedule(tid);
+  }
   return Status::Ok();
 }
 

@@ -60,6 +60,12 @@ Price MarketEngine::Impl::QuoteOf(VertexId v) {
 // Then settles the rates that changed, unless `settle_rates` is false: the
 // instant of a call's own time is settled once, after the call's operation.
 void MarketEngine::Impl::RunInstant(bool settle_rates) {
+  // The common case of an uncontested limit change: the loop's first round
+  // would find every list empty and end (ApplyRates only drops rate_phantom_).
+  if (InstantQuiet()) {
+    if (settle_rates) rate_phantom_ = UINT32_MAX;
+    return;
+  }
   for (int round = 0;; ++round) {
     bool changed = false;
     // Contest validity and notices.
