@@ -726,7 +726,20 @@ class MarketEngine::Impl {
   Price QuoteOf(VertexId v);
 
   // ---------------------------------------------------------------- the instant (instant.cc)
-  void RunInstant(bool settle_rates = true);
+  // Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").
+  // Then settles the rates that changed, unless `settle_rates` is false: the
+  // instant of a call's own time is settled once, after the call's operation.
+  // Inline for the common case of an uncontested limit change: with nothing
+  // pending the loop's first round would find every list empty and end
+  // (ApplyRates only drops rate_phantom_), so it is not entered (issue 12).
+  void RunInstant(bool settle_rates = true) {
+    if (!InstantQuiet()) {
+      RunInstantLoop(settle_rates);
+    } else if (settle_rates) {
+      rate_phantom_ = UINT32_MAX;
+    }
+  }
+  void RunInstantLoop(bool settle_rates);
   // Nothing for the instant loop to do (issue 12): no node to review, no
   // scheduled work due, no gang to complete, no tenant's exhaustion queued,
   // no candidate order, no rate to settle (rate_phantom_ is settled with
@@ -757,7 +770,8 @@ class MarketEngine::Impl {
   }
   template <typename F>
   auto CallAt(Micros t, F& op) -> decltype(op()) {
-    (void)AdvanceTo(t);
+    // At the engine's own time with nothing due, AdvanceTo has nothing to do.
+    if (t != now_ || NextTime() <= now_) (void)AdvanceTo(t);
     decltype(op()) r = op();
     RunInstant();
     Flush();

@@ -56,16 +56,8 @@ Price MarketEngine::Impl::QuoteOf(VertexId v) {
 
 // ---------------------------------------------------------------- the instant
 
-// Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").
-// Then settles the rates that changed, unless `settle_rates` is false: the
-// instant of a call's own time is settled once, after the call's operation.
-void MarketEngine::Impl::RunInstant(bool settle_rates) {
-  // The common case of an uncontested limit change: the loop's first round
-  // would find every list empty and end (ApplyRates only drops rate_phantom_).
-  if (InstantQuiet()) {
-    if (settle_rates) rate_phantom_ = UINT32_MAX;
-    return;
-  }
+// RunInstant (engine_impl.h) when something is pending.
+void MarketEngine::Impl::RunInstantLoop(bool settle_rates) {
   for (int round = 0;; ++round) {
     bool changed = false;
     // Contest validity and notices.
