@@ -94,7 +94,10 @@ class DurableFixture : public ServerFixture {
 // 1. The server accepts only what replay accepts.
 
 TEST_F(DurableFixture, APowerCapStepReplayCannotReadIsRefusedAndTheMarketRestarts) {
-  Start();
+  // No periodic snapshot: the restart below must read the record from the journal.
+  ServerOptions o = Options();
+  o.snapshot_every = std::chrono::milliseconds(0);
+  StartServer(o);
   Populate();
   pb::PowerCapRequest q;
   q.set_row("eu/eu-1a/r1");
@@ -111,7 +114,7 @@ TEST_F(DurableFixture, APowerCapStepReplayCannotReadIsRefusedAndTheMarketRestart
   q.mutable_steps(0)->set_floor(kMaxWirePrice);
   ASSERT_TRUE(op_stub_->SetPowerCap(Ctx(op_).get(), q, &r).ok());
   server_->Shutdown();
-  Start();
+  StartServer(o);
   EXPECT_GT(server_->core().replayed(), 0u);
 }
 
