@@ -368,16 +368,23 @@ class MarketEngine::Impl {
     nodes_[n.value].decaying = true;
   }
 
+  // floor(beta x seconds since `released_at`): how far a decay has come at now_.
+  __int128 DecayedBy(Micros released_at) const {
+    return Div128(static_cast<__int128>(params_.decay_beta) * (now_ - released_at), kMicrosPerSecond);
+  }
+  // max(base, paid - decayed): the floor of a free, unreserved decaying node (beta > 0).
+  static Price DecayedFloor(Price base, Price paid, __int128 decayed) {
+    __int128 d = static_cast<__int128>(paid) - decayed;
+    return d > base ? static_cast<Price>(d) : base;
+  }
+
   Price EffFloor(NodeId n) const {
     const NodeState& s = nodes_[n.value];
-    Price f = s.base_floor;
     if (s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX && params_.decay_beta > 0) {
       auto [paid, released_at] = decay_state_.at(n.value);
-      __int128 dec = Div128(static_cast<__int128>(params_.decay_beta) * (now_ - released_at), kMicrosPerSecond);
-      __int128 d = static_cast<__int128>(paid) - dec;
-      if (d > f) f = static_cast<Price>(d);
+      return DecayedFloor(s.base_floor, paid, DecayedBy(released_at));
     }
-    return f;
+    return s.base_floor;
   }
 
   // The holder-side floor (decay applies only to free nodes).
@@ -708,6 +715,7 @@ class MarketEngine::Impl {
   void DecayInputsChanged() { decay_next_valid_ = false; }
 
   void RefreshDecay();
+  bool FreeKeyCurrent(NodeId n, Price f) const;
 
   // ---------------------------------------------------------------- price events (instant.cc)
   // Out of line: inlined, they made RefreshNode's every call dearer.

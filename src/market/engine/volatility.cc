@@ -99,24 +99,32 @@ Micros MarketEngine::Impl::DecayCrossing(uint32_t i) const {
 }
 
 // Refresh keys of decaying free nodes for the current time; drop finished ones.
+// With the index current, a node whose decayed floor is still the one in its
+// key is not re-keyed (issue 12: most time steps move no decayed floor by a
+// whole micro-unit, or the floor already rests on the policy floor): its key,
+// its place in both trees and the quotes above it are unchanged, and its
+// obtain price did not fall, so no order can newly cross at it (RefreshNode's
+// `wake` contract). Only the nodes whose floor moved pay for a re-key.
 void MarketEngine::Impl::RefreshDecay() {
+  const bool index_current = index_generation_ == topo_.generation();
   size_t w = 0;
   for (size_t r = 0; r < decaying_.size(); ++r) {
     uint32_t i = decaying_[r];
     NodeState& s = nodes_[i];
     bool active = s.alive && s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX;
-    if (active) {
-      refreshing_decay_ = true;
-      RefreshNode(NodeId(i));
-      refreshing_decay_ = false;
-    }
     // Keep the decay while it can still matter: until P - decay reaches 0
     // (the floor below may fall later, DESIGN.md 9b).
     bool running = false;
     if (active) {
       auto [paid, released_at] = decay_state_.at(i);
-      __int128 dec = Div128(static_cast<__int128>(params_.decay_beta) * (now_ - released_at), kMicrosPerSecond);
+      __int128 dec = DecayedBy(released_at);
       running = dec < paid;
+      Price f = params_.decay_beta > 0 ? DecayedFloor(s.base_floor, paid, dec) : s.base_floor;
+      if (!index_current || !FreeKeyCurrent(NodeId(i), f)) {
+        refreshing_decay_ = true;
+        RefreshNode(NodeId(i));
+        refreshing_decay_ = false;
+      }
     }
     if (running) {
       decaying_[w++] = i;
@@ -125,6 +133,17 @@ void MarketEngine::Impl::RefreshDecay() {
     }
   }
   decaying_.resize(w);
+}
+
+// True if the current index holds live free node n with the key of floor f
+// (obtain = floor = f, not held) and in the free tree: what RefreshNode would
+// find unchanged. A node without a leaf is never re-keyed.
+bool MarketEngine::Impl::FreeKeyCurrent(NodeId n, Price f) const {
+  uint32_t leaf = topo_.LeafIndex(n);
+  if (leaf == UINT32_MAX) return true;
+  const TypeIndex& ix = index_[topo_.node(n).type.value];
+  unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(f)) << 64 | static_cast<uint64_t>(f);
+  return ix.key[leaf] == k && ix.free_tree[ix.size + leaf] == leaf;
 }
 
 }  // namespace laissez::market
