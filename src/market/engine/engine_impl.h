@@ -637,10 +637,19 @@ class MarketEngine::Impl {
   std::vector<std::vector<uint32_t>> policies_at_location_;
   std::unordered_map<uint32_t, std::vector<uint32_t>> policies_at_node_;
   std::vector<uint32_t>* PolicyList(const Policy& p);
-  void IndexPolicy(uint32_t id) { PolicyList(policies_[id])->push_back(id); }
+  // Live staircase power caps by ascending id, the order EvaluatePower visits
+  // them in: it ran at every committed-power change over every policy ever
+  // added, most of them removed (issue 12).
+  std::vector<uint32_t> power_caps_;
+  void IndexPolicy(uint32_t id) {
+    PolicyList(policies_[id])->push_back(id);
+    // Ids come ascending: a new policy takes the next id, a restore indexes in id order.
+    if (std::holds_alternative<PowerCapSpec>(policies_[id].spec)) power_caps_.push_back(id);
+  }
   void UnindexPolicy(uint32_t id) {
     std::vector<uint32_t>* list = PolicyList(policies_[id]);
     list->erase(std::find(list->begin(), list->end(), id));
+    if (auto it = std::find(power_caps_.begin(), power_caps_.end(), id); it != power_caps_.end()) power_caps_.erase(it);
   }
   // Calls f(policy) for every indexed policy that covers node n.
   template <typename F>
@@ -667,6 +676,7 @@ class MarketEngine::Impl {
     }
   }
   Price PolicyFloor(const Policy& p, NodeId n) const;
+  Micros NoticedMaintStart(const Policy& p) const;
   Micros MaintFor(NodeId n) const;
   Price PolicyFloors(NodeId n, bool with_maintenance) const;
   Price FloorBesideMaintenance(NodeId n) const { return PolicyFloors(n, /*with_maintenance=*/false); }

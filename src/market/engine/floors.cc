@@ -51,14 +51,19 @@ std::vector<uint32_t>* MarketEngine::Impl::PolicyList(const Policy& p) {
       p.spec);
 }
 
+// The start of p's maintenance if p is a maintenance window whose notice
+// phase has begun and that has not ended, else kNever.
+Micros MarketEngine::Impl::NoticedMaintStart(const Policy& p) const {
+  const auto* m = std::get_if<MaintenanceSpec>(&p.spec);
+  if (!m || now_ >= m->end || now_ < SatAdd(p.maint_start, -params_.grace)) return kNever;
+  return p.maint_start;
+}
+
 // Maintenance start whose notice phase has begun for n, or kNever.
 Micros MarketEngine::Impl::MaintFor(NodeId n) const {
   Micros best = kNever;
   ForEachPolicyOn(n, [&](const Policy& p) {
-    if (!p.alive) return;
-    const auto* m = std::get_if<MaintenanceSpec>(&p.spec);
-    if (!m || now_ >= m->end || now_ < SatAdd(p.maint_start, -params_.grace)) return;
-    best = std::min(best, p.maint_start);
+    if (p.alive) best = std::min(best, NoticedMaintStart(p));
   });
   return best;
 }
@@ -106,8 +111,14 @@ void MarketEngine::Impl::RecomputeFloorsUnder(const Policy& p) {
 void MarketEngine::Impl::RecomputeFloor(NodeId n) {
   NodeState& s = nodes_[n.value];
   if (!s.alive) return;
-  Price f = PolicyFloors(n, /*with_maintenance=*/true);
-  Micros maint = MaintFor(n);
+  // PolicyFloors(n, true) and MaintFor(n) in one walk over the policies on n (issue 12).
+  Price f = 0;
+  Micros maint = kNever;
+  ForEachPolicyOn(n, [&](const Policy& p) {
+    if (!p.alive) return;
+    f = std::max(f, PolicyFloor(p, n));
+    maint = std::min(maint, NoticedMaintStart(p));
+  });
   if (f == s.base_floor && maint == MaintAt(n)) return;
   s.base_floor = f;
   SetMaintAt(n, maint);
@@ -227,7 +238,7 @@ bool MarketEngine::Impl::EvaluatePower() {
   if (!power_dirty_) return false;
   power_dirty_ = false;
   bool changed = false;
-  for (uint32_t id = 0; id < policies_.size(); ++id) {
+  for (uint32_t id : power_caps_) {
     Policy& p = policies_[id];
     const auto* pc = std::get_if<PowerCapSpec>(&p.spec);
     if (!p.alive || !pc) continue;
