@@ -73,7 +73,8 @@ Micros MarketEngine::Impl::DecayCrossing(uint32_t i) const {
   const NodeState& s = nodes_[i];
   if (!s.decaying || s.holder.valid() || s.order_slot != UINT32_MAX || params_.decay_beta == 0) return kNever;
   auto [paid, released_at] = decay_state_.at(i);
-  Price eff = EffFloor(NodeId(i));
+  // EffFloor(i), from the decay record already read (its conditions hold here).
+  Price eff = DecayedFloor(s.base_floor, paid, DecayedBy(released_at));
   if (eff <= s.base_floor) return kNever;
   // The next crossing is with the highest resting price still below the
   // decaying floor; prices at or above it already had their chance (a gang
