@@ -1028,13 +1028,20 @@ void AppendEvent(const Event& e, std::string* out) {
     w.Int(e.waived);
   }
   if ((m & Bit(kDeadline)) || e.deadline != 0) w.Special(kDeadline, e.deadline, kNever, "\"never\"");
+  const bool reasons = (m & Bit(kReasons)) || e.reasons != 0;
+  const bool cancel_reason = (m & Bit(kCancelReason)) || e.cancel_reason != market::CancelReason::kNone;
+  if (!reasons && !cancel_reason) {  // Most lines: closed in the buffer, one append.
+    w.Lit("}");
+    out->append(w.view());
+    return;
+  }
   out->append(w.view());
   Writer tail(out);
-  if ((m & Bit(kReasons)) || e.reasons != 0) {
+  if (reasons) {
     tail.K(kReasons);
     AppendEscaped(market::ReasonNames(e.reasons), out);
   }
-  if ((m & Bit(kCancelReason)) || e.cancel_reason != market::CancelReason::kNone) {
+  if (cancel_reason) {
     tail.K(kCancelReason);
     AppendEscaped(market::CancelReasonName(e.cancel_reason), out);
   }
