@@ -742,6 +742,7 @@ class MarketEngine::Impl {
   }
   void EmitPriceChanges();
   Price QuoteOf(VertexId v);
+  Price IndexedQuote(VertexId v) const;  // QuoteOf with the index known to be current.
 
   // ---------------------------------------------------------------- the instant (instant.cc)
   // Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").
