@@ -18,7 +18,10 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
+#include <unordered_set>
 
 #include "laissez/v1/market.grpc.pb.h"
 #include "oplog/oplog.h"
@@ -208,7 +211,7 @@ class Server::Services {
     return ToGrpc(st);
   }
 
-  Result<Principal> Authenticate(ServerContext* ctx) const {
+  Result<Principal> Authenticate(grpc::ServerContextBase* ctx) const {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     if (it == md.end()) return Unauthenticated("authorization: missing bearer token");
@@ -338,9 +341,17 @@ class Server::Services {
   }
 
   // ---- Tenant service ----
-  class Tenant final : public pb::TenantService::Service {
+  class Tenant final : public pb::TenantService::WithCallbackMethod_StreamUpdates<pb::TenantService::Service> {
    public:
-    explicit Tenant(Services* s) : s_(s) {}
+    explicit Tenant(Services* s) : s_(s), sweeper_([this] { SweepRevoked(); }) {}
+    ~Tenant() {
+      {
+        std::lock_guard lock(live_mu_);
+        sweep_stop_ = true;
+      }
+      live_cv_.notify_all();
+      sweeper_.join();
+    }
 
     grpc::Status PlaceOrder(ServerContext* c, const pb::PlaceOrderRequest* q, pb::PlaceOrderResponse* r) override {
       return s_->Call("PlaceOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
@@ -430,87 +441,158 @@ class Server::Services {
       return items;
     }
 
-    grpc::Status StreamUpdates(ServerContext* c,
-                               grpc::ServerReaderWriter<pb::UpdateOrderResponse, pb::UpdateOrderRequest>* stream) override {
-      auto t0 = std::chrono::steady_clock::now();
-      auto principal = s_->Authenticate(c);
-      Status st = principal.status();
-      if (st.ok()) st = Authorize(*principal, Need::kTenant);
-      if (st.ok()) st = s_->AcquireStream(*principal);
-      if (!st.ok()) {
-        s_->Stats("StreamUpdates")->Observe(static_cast<int>(st.code()), 0);
-        return ToGrpc(st);
+    // StreamUpdates runs on gRPC's callback API, one reactor per stream: a
+    // completed read submits its updates to the writer queue from gRPC's own
+    // thread, and the committer that makes them durable starts the write of
+    // their ack itself. (The synchronous handler it replaces handed every ack
+    // to a writer thread of its own per stream: one more wake-up per round
+    // trip, issue 12.)
+    grpc::ServerBidiReactor<pb::UpdateOrderRequest, pb::UpdateOrderResponse>* StreamUpdates(
+        grpc::CallbackServerContext* c) override {
+      return new UpdateStream(this, c);
+    }
+
+    class UpdateStream final : public grpc::ServerBidiReactor<pb::UpdateOrderRequest, pb::UpdateOrderResponse> {
+     public:
+      UpdateStream(Tenant* t, grpc::CallbackServerContext* c)
+          : t_(t), c_(c), t0_(std::chrono::steady_clock::now()), stats_(t->s_->Stats("StreamUpdates.update")) {
+        auto principal = t->s_->Authenticate(c);
+        Status st = principal.status();
+        if (st.ok()) st = Authorize(*principal, Need::kTenant);
+        if (st.ok()) st = t->s_->AcquireStream(*principal);
+        if (!st.ok()) {
+          t->s_->Stats("StreamUpdates")->Observe(static_cast<int>(st.code()), 0);
+          finished_ = true;
+          Finish(ToGrpc(st));
+          return;
+        }
+        p_ = *principal;
+        open_ = true;
+        t->Register(this);
+        StartRead(&in_);
       }
-      const Principal p = *principal;
-      MethodStats* stats = s_->Stats("StreamUpdates.update");
-      struct Acks {
-        std::mutex mu;
-        std::condition_variable cv;
-        std::deque<pb::UpdateOrderResponse> q;
-        size_t outstanding = 0;  // Updates received and not yet acknowledged on the wire.
-        bool reading_done = false;
-      };
-      auto acks = std::make_shared<Acks>();
-      std::thread writer([&] {
-        for (;;) {
-          std::deque<pb::UpdateOrderResponse> out;
-          {
-            std::unique_lock lock(acks->mu);
-            // Wakes every 200 ms to re-check the token: a revoked token ends
-            // an idle stream too (the client sees CANCELLED).
-            while (!acks->cv.wait_for(lock, std::chrono::milliseconds(200), [&] {
-              return !acks->q.empty() || (acks->reading_done && acks->outstanding == 0);
-            })) {
-              if (!s_->s_->tokens_.Recheck(p).ok()) c->TryCancel();
-            }
-            if (acks->q.empty()) return;
-            out.swap(acks->q);
-          }
-          // (No WriteOptions::set_buffer_hint to coalesce these: a sync
-          // Write with it waits for a flush that only the next write makes.)
-          size_t updates = 0;
-          for (auto& a : out) {
-            updates += a.acks_size() > 0 ? static_cast<size_t>(a.acks_size()) : 1;
-            stream->Write(a);
-          }
-          std::lock_guard lock(acks->mu);
-          acks->outstanding -= updates;
-          acks->cv.notify_all();
+
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          std::unique_lock lock(mu_);
+          reading_done_ = true;
+          FinishIfDone(lock);
+          return;
         }
-      });
-      pb::UpdateOrderRequest q;
-      while (stream->Read(&q)) {
-        const bool batched = q.updates_size() > 0;
-        auto items = std::make_shared<std::vector<StreamItem>>(StreamItems(p, q));
+        Message m{std::make_shared<std::vector<StreamItem>>(t_->StreamItems(p_, in_)), in_.updates_size() > 0,
+                  in_.tag()};
         {
+          std::lock_guard lock(mu_);
           // A message larger than the window (refused above, item by item)
-          // waits until nothing else is outstanding.
-          std::unique_lock lock(acks->mu);
-          acks->cv.wait(lock, [&] {
-            return acks->outstanding == 0 || acks->outstanding + items->size() <= kStreamWindow;
-          });
-          acks->outstanding += items->size();
+          // waits until nothing else is outstanding; reading pauses meanwhile.
+          if (!Fits(m.items->size())) {
+            parked_ = std::move(m);
+            return;
+          }
+          outstanding_ += m.items->size();
         }
+        Submit(std::move(m));
+        StartRead(&in_);
+      }
+
+      void OnWriteDone(bool ok) override {
+        const pb::UpdateOrderResponse* next = nullptr;
+        std::optional<Message> resume;
+        std::unique_lock lock(mu_);
+        outstanding_ -= out_.front().updates;
+        out_.pop_front();
+        if (!ok) {
+          // The client is gone: the acks still to come are dropped as they arrive.
+          broken_ = true;
+          for (const Out& o : out_) outstanding_ -= o.updates;
+          out_.clear();
+        }
+        if (out_.empty()) writing_ = false;
+        else next = &out_.front().resp;
+        if (parked_ && Fits(parked_->items->size())) {
+          resume = std::move(parked_);
+          parked_.reset();
+          outstanding_ += resume->items->size();
+        }
+        if (!next && !resume) {
+          FinishIfDone(lock);
+          return;
+        }
+        lock.unlock();
+        // Outstanding work (this write, or the resumed message) keeps the reactor alive.
+        if (next) StartWrite(next);
+        if (resume) {
+          Submit(*std::move(resume));
+          StartRead(&in_);
+        }
+      }
+
+      void OnDone() override {
+        if (open_) {
+          t_->Unregister(this);
+          t_->s_->ReleaseStream(p_);
+          auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+          t_->s_->Stats("StreamUpdates")->Observe(0, us);
+        }
+        delete this;
+      }
+
+      // Called every 200 ms by the revocation sweep (under its lock, so
+      // before OnDone): a revoked token ends an idle stream too (the client
+      // sees CANCELLED); each message is re-checked on the writer thread anyway.
+      void CancelIfRevoked() {
+        if (cancelled_ || t_->s_->s_->tokens_.Recheck(p_).ok()) return;
+        cancelled_ = true;
+        c_->TryCancel();
+      }
+
+     private:
+      struct Message {
+        std::shared_ptr<std::vector<StreamItem>> items;
+        bool batched = false;
+        uint64_t tag = 0;
+      };
+      struct Out {
+        pb::UpdateOrderResponse resp;
+        size_t updates = 0;
+      };
+
+      bool Fits(size_t n) const { return outstanding_ == 0 || outstanding_ + n <= kStreamWindow; }
+
+      // Finishes once the client is done sending and every update it sent
+      // was acknowledged (or dropped with the client): nothing refers to the
+      // reactor after that. Unlocks `lock`.
+      void FinishIfDone(std::unique_lock<std::mutex>& lock) {
+        bool done = reading_done_ && outstanding_ == 0 && !writing_ && !parked_ && !finished_;
+        if (done) finished_ = true;
+        lock.unlock();
+        if (done) Finish(grpc::Status::OK);
+      }
+
+      // One command for the whole message: its updates apply in order in
+      // one writer batch and become durable in the same commit. Items that
+      // failed at the edge still go through the queue, so acks stay in order.
+      void Submit(Message m) {
         auto start = std::chrono::steady_clock::now();
-        // One command for the whole message: its updates apply in order in
-        // one writer batch and become durable in the same commit. Items that
-        // failed at the edge still go through the queue, so acks stay in order.
-        s_->s_->core_->Submit(
-            p.Actor(),
-            [this, items, &p](WriterContext& w) {
+        Tenant* t = t_;
+        const Principal* p = &p_;  // The reactor outlives its submissions (FinishIfDone).
+        t->s_->s_->core_->Submit(
+            p_.Actor(),
+            [t, p, items = m.items](WriterContext& w) {
               // The token is re-checked on the writer thread, once per message.
               Status token;
               bool checked = false;
               for (StreamItem& it : *items) {
                 if (!it.status.ok()) continue;
                 if (!checked) {
-                  token = s_->s_->tokens_.Recheck(p);
+                  token = t->s_->s_->tokens_.Recheck(*p);
                   checked = true;
                 }
-                it.status = token.ok() ? Update(w, p, it.order, it.price) : token;
+                it.status = token.ok() ? Update(w, *p, it.order, it.price) : token;
               }
             },
-            [acks, items, batched, tag = q.tag(), start, stats](const Status& durable) {
+            // On the committer thread, once the message's records are durable.
+            [this, m, start](const Status& durable) {
               auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
                             .count();
               auto fill = [&](const StreamItem& it, pb::UpdateOrderResponse* a) {
@@ -518,30 +600,71 @@ class Server::Services {
                 const Status& s = durable.ok() ? it.status : durable;
                 a->set_code(static_cast<int>(s.code()));
                 if (!s.ok()) a->set_message(s.message());
-                stats->Observe(static_cast<int>(s.code()), us);
+                stats_->Observe(static_cast<int>(s.code()), us);
               };
               pb::UpdateOrderResponse a;
-              if (batched) {
-                a.set_tag(tag);
-                for (const StreamItem& it : *items) fill(it, a.add_acks());
+              if (m.batched) {
+                a.set_tag(m.tag);
+                for (const StreamItem& it : *m.items) fill(it, a.add_acks());
               } else {
-                fill(items->front(), &a);
+                fill(m.items->front(), &a);
               }
-              std::lock_guard lock(acks->mu);
-              acks->q.push_back(std::move(a));
-              acks->cv.notify_all();
+              Acked(std::move(a), m.items->size());
             });
       }
-      {
-        std::lock_guard lock(acks->mu);
-        acks->reading_done = true;
-        acks->cv.notify_all();
+
+      // Queues an ack and starts its write if none is in flight (gRPC allows
+      // one at a time; OnWriteDone starts the next).
+      void Acked(pb::UpdateOrderResponse a, size_t updates) {
+        const pb::UpdateOrderResponse* first = nullptr;
+        {
+          std::unique_lock lock(mu_);
+          if (broken_) {
+            outstanding_ -= updates;
+            FinishIfDone(lock);
+            return;
+          }
+          out_.push_back(Out{std::move(a), updates});
+          if (writing_) return;
+          writing_ = true;
+          first = &out_.front().resp;
+        }
+        StartWrite(first);
       }
-      writer.join();
-      s_->ReleaseStream(p);
-      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-      s_->Stats("StreamUpdates")->Observe(0, us);
-      return grpc::Status::OK;
+
+      Tenant* const t_;
+      grpc::CallbackServerContext* const c_;
+      const std::chrono::steady_clock::time_point t0_;
+      MethodStats* const stats_;
+      Principal p_;
+      bool open_ = false;       // Authenticated and counted (AcquireStream).
+      bool cancelled_ = false;  // By the revocation sweep (its lock).
+      pb::UpdateOrderRequest in_;
+      std::mutex mu_;
+      size_t outstanding_ = 0;  // Updates received and not yet acknowledged on the wire.
+      std::deque<Out> out_;     // Acks to write; the front one is being written.
+      bool writing_ = false;
+      bool reading_done_ = false;
+      bool broken_ = false;
+      bool finished_ = false;
+      std::optional<Message> parked_;
+    };
+
+    void Register(UpdateStream* u) {
+      std::lock_guard lock(live_mu_);
+      live_.insert(u);
+    }
+    void Unregister(UpdateStream* u) {
+      std::lock_guard lock(live_mu_);
+      live_.erase(u);
+    }
+
+    // One thread for every stream's token re-check.
+    void SweepRevoked() {
+      std::unique_lock lock(live_mu_);
+      while (!live_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return sweep_stop_; })) {
+        for (UpdateStream* u : live_) u->CancelIfRevoked();
+      }
     }
 
     grpc::Status CancelOrder(ServerContext* c, const pb::CancelOrderRequest* q, pb::CancelOrderResponse*) override {
@@ -747,6 +870,11 @@ class Server::Services {
 
    private:
     Services* s_;
+    std::mutex live_mu_;
+    std::condition_variable live_cv_;
+    std::unordered_set<UpdateStream*> live_;  // Open StreamUpdates streams.
+    bool sweep_stop_ = false;
+    std::thread sweeper_;
   };
 
   // ---- Operator service ----

@@ -345,6 +345,71 @@ TEST_F(ServerFixture, StreamUpdatesCarriesSeveralUpdatesPerMessageDurably) {
   EXPECT_EQ(price(b_), 10 * kUnit);
 }
 
+// A stream that fills the server's window of 4,096 unacknowledged updates:
+// the message that does not fit waits (the server stops reading) until the
+// acks before it are written, then applies; every update is acknowledged
+// once, in order, and every acknowledged update survives a restart.
+TEST_F(ServerFixture, StreamUpdatesBeyondTheWindowWaitAndLoseNoAck) {
+  ServerOptions o = RestartOnDisk("window.db");
+  Populate();
+  ASSERT_TRUE(SetFloor(op_stub_.get(), Ctx(op_).get(), "eu", 50 * kUnit).ok());
+  uint64_t mine = 0;
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit, &mine).ok());
+  const int kMessages = 3, kPer = 3000;  // 9,000 updates; any two messages exceed the window.
+  std::vector<pb::UpdateOrderResponse> acks;
+  {
+    auto ctx = Ctx(a_);
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = tenant_stub_->StreamUpdates(ctx.get());
+    for (int m = 0; m < kMessages; ++m) {
+      pb::UpdateOrderRequest q;
+      q.set_tag(static_cast<uint64_t>(m));
+      for (int i = 0; i < kPer; ++i) {
+        auto* u = q.add_updates();
+        u->set_tag(static_cast<uint64_t>(m * kPer + i));
+        u->set_order(mine);
+        u->set_price((11 + (m * kPer + i) % 7) * kUnit);
+      }
+      ASSERT_TRUE(stream->Write(q));
+    }
+    pb::UpdateOrderRequest last;  // One update of its own after them.
+    last.set_tag(99);
+    last.set_order(mine);
+    last.set_price(30 * kUnit);
+    ASSERT_TRUE(stream->Write(last));
+    stream->WritesDone();
+    pb::UpdateOrderResponse a;
+    while (stream->Read(&a)) acks.push_back(a);
+    grpc::Status st = stream->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_EQ(acks.size(), static_cast<size_t>(kMessages + 1));
+  for (int m = 0; m < kMessages; ++m) {
+    EXPECT_EQ(acks[m].tag(), static_cast<uint64_t>(m));
+    ASSERT_EQ(acks[m].acks_size(), kPer);
+    for (int i = 0; i < kPer; ++i) {
+      ASSERT_EQ(acks[m].acks(i).tag(), static_cast<uint64_t>(m * kPer + i));
+      ASSERT_EQ(acks[m].acks(i).code(), 0) << acks[m].acks(i).message();
+    }
+  }
+  EXPECT_EQ(acks[kMessages].tag(), 99u);
+  EXPECT_EQ(acks[kMessages].code(), 0) << acks[kMessages].message();
+  auto price = [&] {
+    pb::ListOrdersResponse lo;
+    EXPECT_TRUE(tenant_stub_->ListOrders(Ctx(a_).get(), pb::ListOrdersRequest(), &lo).ok());
+    return lo.orders_size() == 1 ? lo.orders(0).effective_price() : -1;
+  };
+  EXPECT_EQ(price(), 30 * kUnit);
+  auto journal = server_->store().RecentJournal(20000);
+  ASSERT_TRUE(journal.ok());
+  size_t updates = 0;
+  for (const auto& r : *journal) updates += r.line.find("update_order") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(updates, static_cast<size_t>(kMessages * kPer + 1));
+  server_->Shutdown();
+  StartServer(o);
+  EXPECT_EQ(price(), 30 * kUnit);
+}
+
 TEST_F(ServerFixture, WatchSeesPricesAtWatchedVerticesAndOnlyOwnEvents) {
   Populate();
   Watcher wb(tenant_stub_.get(), b_, {"l4"});
