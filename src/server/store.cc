@@ -4,15 +4,12 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cinttypes>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "server/auth.h"
 
@@ -108,42 +105,14 @@ Status FsyncDir(const std::string& path) {
 
 // ---------------------------------------------------------------------------
 // SQLite, WAL mode, synchronous=FULL: a commit returns after the WAL is fsynced.
-//
-// WAL checkpoints (copying committed pages into the database file and
-// fsyncing it) run off the commit path: the committing connection never
-// checkpoints (its WAL hook replaces SQLite's automatic checkpoint, which ran
-// inside the commit that crossed 1,000 WAL pages and made every ack of that
-// commit wait for the database's fsync), and a thread of the store runs
-// PASSIVE checkpoints on a second connection, which never block a commit.
-// Durability is unchanged: a commit is durable once its WAL frames are
-// fsynced, whether or not they were checkpointed yet.
 class SqliteStore final : public Store {
  public:
-  // WAL pages after which the checkpointer runs (SQLite's automatic default).
-  static constexpr int kCheckpointPages = 1000;
-  // A WAL this long (about 64 MB) that passive checkpoints could not reset
-  // (commits kept coming while they ran) gets a RESTART checkpoint, which
-  // waits for the commit in progress and holds the next one for as long as
-  // it takes to copy the last frames: a bound on the WAL under endless load.
-  static constexpr int kRestartPages = 16000;
-
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   ~SqliteStore() override {
-    if (checkpointer_.joinable()) {
-      {
-        std::lock_guard lock(ckpt_mu_);
-        ckpt_stop_ = true;
-      }
-      ckpt_cv_.notify_all();
-      checkpointer_.join();
-    }
-    sqlite3_close(ckpt_db_);
     for (auto* s : {insert_journal_, upsert_token_, put_meta_, count_commit_}) sqlite3_finalize(s);
     sqlite3_close(db_);
     if (sidecar_fd_ >= 0) ::close(sidecar_fd_);
   }
-
-  uint64_t checkpoints() const override { return checkpoints_.load(); }
 
   Status Init() {
     const char* schema =
@@ -157,7 +126,6 @@ class SqliteStore final : public Store {
         "INSERT OR IGNORE INTO meta(key, value) VALUES('format', 'laissez-journal-v1');"
         "INSERT OR IGNORE INTO meta(key, value) VALUES('commits', '0');";
     LZ_RETURN_IF_ERROR(Exec(schema));
-    LZ_RETURN_IF_ERROR(StartCheckpointer());
     // journal_mode=WAL answers with a row; check it took effect (not on :memory:).
     LZ_RETURN_IF_ERROR(Prepare("INSERT INTO journal(seq, actor, line) VALUES(?, ?, ?)", &insert_journal_));
     LZ_RETURN_IF_ERROR(Prepare(
@@ -359,70 +327,6 @@ class SqliteStore final : public Store {
   }
 
  private:
-  Status StartCheckpointer() {
-    if (sqlite3_open_v2(path_.c_str(), &ckpt_db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-        SQLITE_OK) {
-      return Unavailable("db: cannot open a checkpoint connection to " + path_ + ": " +
-                         (ckpt_db_ ? sqlite3_errmsg(ckpt_db_) : "out of memory"));
-    }
-    sqlite3_busy_timeout(ckpt_db_, 5000);
-    if (sqlite3_exec(ckpt_db_, "PRAGMA synchronous=FULL;", nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return Unavailable("db: checkpoint connection: " + std::string(sqlite3_errmsg(ckpt_db_)));
-    }
-    LZ_RETURN_IF_ERROR(Exec("PRAGMA wal_autocheckpoint=0;"));
-    // Replaces the automatic checkpoint: called after each commit with the WAL's length in pages.
-    sqlite3_wal_hook(
-        db_,
-        [](void* self, sqlite3*, const char*, int pages) {
-          static_cast<SqliteStore*>(self)->WalGrew(pages);
-          return SQLITE_OK;
-        },
-        this);
-    checkpointer_ = std::thread([this] { CheckpointLoop(); });
-    return Status::Ok();
-  }
-
-  // On the committing connection, after each commit (its mutex held).
-  void WalGrew(int pages) {
-    if (pages < hook_pages_) wal_restarts_.fetch_add(1, std::memory_order_relaxed);  // Began again from the start.
-    hook_pages_ = pages;
-    wal_pages_.store(pages, std::memory_order_relaxed);
-    if (pages >= kCheckpointPages) ckpt_cv_.notify_one();
-  }
-
-  void CheckpointLoop() {
-    // The WAL's length at the last checkpoint, and how often it had restarted then.
-    int done = 0;
-    uint64_t done_restarts = 0;
-    std::unique_lock lock(ckpt_mu_);
-    for (;;) {
-      ckpt_cv_.wait(lock, [&] {
-        int pages = wal_pages_.load(std::memory_order_relaxed);
-        bool restarted = wal_restarts_.load(std::memory_order_relaxed) != done_restarts;
-        return ckpt_stop_ || (pages >= kCheckpointPages && (restarted || pages >= done + kCheckpointPages));
-      });
-      if (ckpt_stop_) return;
-      done_restarts = wal_restarts_.load(std::memory_order_relaxed);
-      lock.unlock();
-      // Passive checkpoints never wait for the committer; a few in a row
-      // catch up with commits made meanwhile, so the next commit can restart
-      // the WAL from its beginning.
-      int log = 0, copied = 0;
-      for (int pass = 0; pass < 4; ++pass) {
-        if (sqlite3_wal_checkpoint_v2(ckpt_db_, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &copied) != SQLITE_OK) break;
-        checkpoints_.fetch_add(1, std::memory_order_relaxed);
-        if (copied >= log) break;
-      }
-      if (log >= kRestartPages && copied < log &&
-          sqlite3_wal_checkpoint_v2(ckpt_db_, "main", SQLITE_CHECKPOINT_RESTART, &log, &copied) == SQLITE_OK) {
-        checkpoints_.fetch_add(1, std::memory_order_relaxed);
-      }
-      // A failed checkpoint costs only a longer WAL; a later commit retries it.
-      done = log;
-      lock.lock();
-    }
-  }
-
   static std::string Text(sqlite3_stmt* s, int col) {
     const unsigned char* p = sqlite3_column_text(s, col);
     return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, col)))
@@ -533,16 +437,6 @@ class SqliteStore final : public Store {
   std::string identity_, pending_identity_;
   uint64_t last_seq_ = 0, commits_ = 0;
   int sidecar_fd_ = -1;
-
-  sqlite3* ckpt_db_ = nullptr;  // The checkpointer's own connection.
-  std::mutex ckpt_mu_;
-  std::condition_variable ckpt_cv_;
-  bool ckpt_stop_ = false;
-  int hook_pages_ = 0;  // The WAL's length at the last commit (WalGrew only).
-  std::atomic<int> wal_pages_{0};
-  std::atomic<uint64_t> wal_restarts_{0};
-  std::atomic<uint64_t> checkpoints_{0};
-  std::thread checkpointer_;
 };
 
 }  // namespace

@@ -104,10 +104,6 @@ class Store {
     (void)snap;
     return Unimplemented("store: this store keeps no snapshots");
   }
-
-  // Write-ahead-log checkpoints run so far (SQLite runs them on a thread of
-  // its own, off the commit path); 0 for a store without one.
-  virtual uint64_t checkpoints() const { return 0; }
 };
 
 // The sidecar "DB.identity" beside a SQLite database: the market's identity

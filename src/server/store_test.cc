@@ -5,9 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
-#include <thread>
 
 #ifdef LAISSEZ_STORE_TEST_ETCD
 #include "server/etcd_test_util.h"
@@ -250,33 +248,6 @@ TEST(SqliteStore, AnUncommittedCreationIsPending) {
   auto s = f.Open();
   EXPECT_EQ(s->PendingIdentity(), id);
   EXPECT_EQ(*s->Identity(), "");
-}
-
-// WAL checkpoints run on the store's own thread and connection (the
-// committing connection never checkpoints): the database file grows while the
-// store is open, and nothing committed is lost across them and a reopen.
-TEST(SqliteStore, CheckpointsRunBesideCommitsAndLoseNothing) {
-  SqliteFactory f;
-  const std::string page(3000, 'x');  // About one WAL page per record.
-  const uint64_t kRecords = 2000;     // Twice the pages that start a checkpoint.
-  {
-    auto s = f.Open();
-    EXPECT_EQ(s->checkpoints(), 0u);
-    for (uint64_t seq = 1; seq <= kRecords; seq += 20) {
-      Batch b;
-      for (uint64_t i = seq; i < seq + 20; ++i) b.journal.push_back({i, "tenant:t", page + std::to_string(i)});
-      ASSERT_TRUE(s->Commit(b).ok());
-    }
-    for (int i = 0; i < 2000 && s->checkpoints() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_GT(s->checkpoints(), 0u);
-    // Only a checkpoint writes pages into the database file.
-    EXPECT_GT(std::filesystem::file_size(f.path), 1000u * 3000u);
-    ASSERT_TRUE(s->Commit(Records(kRecords + 1, kRecords + 1)).ok());
-  }
-  auto s = f.Open();
-  auto all = ReadAll(*s);
-  ASSERT_EQ(all.size(), kRecords + 1);
-  for (uint64_t i = 0; i < kRecords; ++i) ASSERT_EQ(all[i].line, page + std::to_string(i + 1));
 }
 
 TEST(SqliteStore, UnwritablePathIsAnError) {
