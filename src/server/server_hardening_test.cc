@@ -345,21 +345,42 @@ TEST_F(DurableFixture, RandomAcceptedCallsAlwaysRestartToTheSameState) {
 // ---------------------------------------------------------------------------
 // 2. Revocation ends open streams.
 
-TEST_F(ServerFixture, RevocationEndsWatchStreamUpdatesAndDashboardEvents) {
+class RevocationFixture : public ServerFixture {
+ protected:
+  // A populated market where a's bid on n1 rests behind b's (so updates to it
+  // apply), and a second token of a's to revoke.
+  void RestingOrderAndDoomedToken() {
+    Populate();
+    ASSERT_TRUE(Place(b_, "n1", 100 * kUnit).ok());
+    ASSERT_TRUE(Place(a_, "n1", 5 * kUnit, &order).ok());
+    pb::IssueTokenRequest iq;
+    iq.set_role("tenant");
+    iq.set_tenant("acme");
+    ASSERT_TRUE(admin_stub_->IssueToken(Ctx(admin_).get(), iq, &doomed).ok());
+  }
+  // A StreamUpdates stream on `ctx` with one acknowledged update (price 6).
+  std::unique_ptr<grpc::ClientReaderWriter<pb::UpdateOrderRequest, pb::UpdateOrderResponse>> StreamWithOneAck(
+      grpc::ClientContext* ctx) {
+    auto updates = tenant_stub_->StreamUpdates(ctx);
+    pb::UpdateOrderRequest u;
+    u.set_order(order);
+    u.set_price(6 * kUnit);
+    u.set_tag(1);
+    pb::UpdateOrderResponse ack;
+    EXPECT_TRUE(updates->Write(u) && updates->Read(&ack));
+    EXPECT_EQ(ack.code(), 0) << ack.message();
+    return updates;
+  }
+  uint64_t order = 0;
+  pb::IssueTokenResponse doomed;
+};
+
+TEST_F(RevocationFixture, RevocationEndsWatchStreamUpdatesAndDashboardEvents) {
   server_->Shutdown();
   auto o = DefaultOptions();
   o.http_routes = dashboard::Install;
   StartServer(o);
-  Populate();
-  // b holds n1; a's lower bid on n1 rests, so updates to it apply.
-  ASSERT_TRUE(Place(b_, "n1", 100 * kUnit).ok());
-  uint64_t order = 0;
-  ASSERT_TRUE(Place(a_, "n1", 5 * kUnit, &order).ok());
-  pb::IssueTokenRequest iq;
-  iq.set_role("tenant");
-  iq.set_tenant("acme");
-  pb::IssueTokenResponse doomed;
-  ASSERT_TRUE(admin_stub_->IssueToken(Ctx(admin_).get(), iq, &doomed).ok());
+  ASSERT_NO_FATAL_FAILURE(RestingOrderAndDoomedToken());
   const std::string t = doomed.token();
 
   // A Watch stream.
@@ -371,15 +392,7 @@ TEST_F(ServerFixture, RevocationEndsWatchStreamUpdatesAndDashboardEvents) {
 
   // A StreamUpdates stream with one acknowledged update.
   auto uctx = Ctx(t);
-  auto updates = tenant_stub_->StreamUpdates(uctx.get());
-  pb::UpdateOrderRequest u;
-  u.set_order(order);
-  u.set_price(6 * kUnit);
-  u.set_tag(1);
-  ASSERT_TRUE(updates->Write(u));
-  pb::UpdateOrderResponse ack;
-  ASSERT_TRUE(updates->Read(&ack));
-  EXPECT_EQ(ack.code(), 0) << ack.message();
+  auto updates = StreamWithOneAck(uctx.get());
 
   // A dashboard event stream, read on its own thread; it stops by itself
   // after 20 s at the latest, so a broken server fails instead of hanging.
@@ -411,6 +424,9 @@ TEST_F(ServerFixture, RevocationEndsWatchStreamUpdatesAndDashboardEvents) {
   EXPECT_EQ(ws.error_code(), StatusCode::UNAUTHENTICATED) << ws.error_message();
 
   // A further update is refused, or the stream has already ended; it never applies.
+  pb::UpdateOrderRequest u;
+  pb::UpdateOrderResponse ack;
+  u.set_order(order);
   u.set_price(9 * kUnit);
   u.set_tag(2);
   if (updates->Write(u) && updates->Read(&ack)) {
@@ -634,6 +650,23 @@ TEST_F(DashboardServer, HealthzAnswersWhileStreamsAndSlowClientsHoldConnections)
   stop = true;
   for (int fd : slow) ::close(fd);
   for (auto& t : streams) t.join();
+}
+
+// An idle StreamUpdates stream whose token is revoked is cancelled by the
+// server's token sweep (it sends nothing that a re-check could refuse); a
+// stream that only waited would run into its 20 s deadline instead.
+TEST_F(RevocationFixture, RevocationCancelsAnIdleStreamUpdatesStream) {
+  ASSERT_NO_FATAL_FAILURE(RestingOrderAndDoomedToken());
+  auto ctx = Ctx(doomed.token());
+  auto updates = StreamWithOneAck(ctx.get());
+  pb::RevokeTokenRequest rq;
+  rq.set_token_id(doomed.token_id());
+  pb::RevokeTokenResponse rr;
+  ASSERT_TRUE(admin_stub_->RevokeToken(Ctx(admin_).get(), rq, &rr).ok());
+  pb::UpdateOrderResponse ack;
+  EXPECT_FALSE(updates->Read(&ack));  // Ends without another message from either side.
+  grpc::Status st = updates->Finish();
+  EXPECT_EQ(st.error_code(), StatusCode::CANCELLED) << st.error_message();
 }
 
 TEST_F(ServerFixture, GrpcStreamsAreBoundedPerToken) {
