@@ -410,6 +410,45 @@ TEST_F(ServerFixture, StreamUpdatesBeyondTheWindowWaitAndLoseNoAck) {
   EXPECT_EQ(price(), 30 * kUnit);
 }
 
+// A client that goes away with updates in flight: the stream ends once the
+// acks still to come were dropped, and its slot is given back. Twice the
+// per-token bound of streams is opened and abandoned this way; a stream that
+// never ended would keep its slot, and the last stream would be refused.
+TEST_F(ServerFixture, StreamUpdatesAbandonedMidFlightGiveTheirSlotBack) {
+  Populate();
+  ASSERT_TRUE(SetFloor(op_stub_.get(), Ctx(op_).get(), "eu", 50 * kUnit).ok());
+  uint64_t mine = 0;
+  ASSERT_TRUE(Place(a_, "h100x8", 10 * kUnit, &mine).ok());
+  auto update = [&](uint64_t tag) {
+    pb::UpdateOrderRequest q;
+    q.set_tag(tag);
+    q.set_order(mine);
+    q.set_price((11 + tag % 7) * kUnit);
+    return q;
+  };
+  for (int s = 0; s < 32; ++s) {
+    auto ctx = Ctx(a_);
+    auto stream = tenant_stub_->StreamUpdates(ctx.get());
+    for (uint64_t i = 0; i < 200; ++i) {
+      if (!stream->Write(update(i))) break;
+    }
+    ctx->TryCancel();
+    (void)stream->Finish();
+  }
+  // The slots come back as the server finishes the abandoned streams.
+  bool accepted = false;
+  for (int attempt = 0; attempt < 100 && !accepted; ++attempt) {
+    auto ctx = Ctx(a_);
+    auto stream = tenant_stub_->StreamUpdates(ctx.get());
+    pb::UpdateOrderResponse ack;
+    accepted = stream->Write(update(7)) && stream->Read(&ack) && ack.code() == 0;
+    stream->WritesDone();
+    (void)stream->Finish();
+    if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(accepted);
+}
+
 TEST_F(ServerFixture, WatchSeesPricesAtWatchedVerticesAndOnlyOwnEvents) {
   Populate();
   Watcher wb(tenant_stub_.get(), b_, {"l4"});
