@@ -106,7 +106,7 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
         for (NodeId n : t.nodes) t.need += GraceCost(m.nodes_[n.value].limit, params.grace);
         t.committed_need = t.need;
         for (uint64_t id : t.orders) {
-          const Order& o = m.orders_[m.order_slot_.at(id)];
+          const Order& o = m.orders_[m.FindSlot(id)];
           t.committed_need += static_cast<Money>(o.remaining()) * GraceCost(o.requested, params.grace);
         }
         m.MarkExhaustDirty(TenantId(i));
@@ -458,9 +458,9 @@ Result<NodeView> MarketEngine::GetNode(NodeId node) const {
 
 Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
   const Impl& m = *impl_;
-  auto it = m.order_slot_.find(order.value);
-  if (it == m.order_slot_.end()) return NotFound("order: no open order with id " + Num(order.value));
-  const Order& o = m.orders_[it->second];
+  uint32_t slot = m.FindSlot(order.value);
+  if (slot == OrderIndex::kNone) return NotFound("order: no open order with id " + Num(order.value));
+  const Order& o = m.orders_[slot];
   OrderView v;
   v.id = o.id;
   v.tenant = o.tenant;
@@ -554,7 +554,7 @@ size_t MarketEngine::resting_order_count() const {
 
 std::vector<OrderId> MarketEngine::OpenOrders() const {
   std::vector<OrderId> ids;
-  for (const auto& [id, slot] : impl_->order_slot_) ids.push_back(OrderId(id));
+  impl_->order_slot_.ForEach([&](uint32_t slot) { ids.push_back(impl_->orders_[slot].id); });
   std::sort(ids.begin(), ids.end());
   return ids;
 }

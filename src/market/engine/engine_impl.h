@@ -30,6 +30,7 @@
 #include "market/market_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -202,6 +203,75 @@ struct Order {
   uint32_t remaining() const { return spec.count - filled; }
 };
 
+// Live orders by id (issue 12): an open-addressing table of order slots with
+// linear probing, hashed by id and compared through the slot's record, so a
+// bucket is 4 bytes where a std::unordered_map spent a 32-byte node and a
+// bucket pointer on each order. Kept at most half full.
+class OrderIndex {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  size_t size() const { return size_; }
+  // The slot of the live order `id`, kNone if none.
+  uint32_t Find(uint64_t id, const std::vector<Order>& orders) const {
+    if (size_ == 0) return kNone;
+    for (size_t i = Home(id);; i = (i + 1) & mask_) {
+      uint32_t s = table_[i];
+      if (s == kNone || orders[s].id.value == id) return s;
+    }
+  }
+  // Adds `slot`, keyed by orders[slot].id, which must not be in the table.
+  void Insert(uint32_t slot, const std::vector<Order>& orders) {
+    if (2 * (size_ + 1) > table_.size()) Grow(orders);
+    size_t i = Home(orders[slot].id.value);
+    while (table_[i] != kNone) i = (i + 1) & mask_;
+    table_[i] = slot;
+    ++size_;
+  }
+  // Removes the order `id` if present (backward-shift deletion: no tombstones).
+  void Erase(uint64_t id, const std::vector<Order>& orders) {
+    if (size_ == 0) return;
+    size_t i = Home(id);
+    while (table_[i] != kNone && orders[table_[i]].id.value != id) i = (i + 1) & mask_;
+    if (table_[i] == kNone) return;
+    --size_;
+    for (size_t j = (i + 1) & mask_; table_[j] != kNone; j = (j + 1) & mask_) {
+      size_t home = Home(orders[table_[j]].id.value);
+      // Move j's entry into the hole at i unless its home lies cyclically in (i, j].
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        table_[i] = table_[j];
+        i = j;
+      }
+    }
+    table_[i] = kNone;
+  }
+  // Calls f(slot) for every live order, in no set order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (uint32_t s : table_) {
+      if (s != kNone) f(s);
+    }
+  }
+
+ private:
+  size_t Home(uint64_t id) const { return static_cast<size_t>((id * 0x9E3779B97F4A7C15ull) >> shift_); }
+  void Grow(const std::vector<Order>& orders) {
+    std::vector<uint32_t> old;
+    old.swap(table_);
+    size_t cap = std::max<size_t>(16, old.size() * 2);
+    table_.assign(cap, kNone);
+    mask_ = cap - 1;
+    shift_ = 64 - std::countr_zero(cap);
+    size_ = 0;
+    for (uint32_t s : old) {
+      if (s != kNone) Insert(s, orders);
+    }
+  }
+  std::vector<uint32_t> table_;
+  size_t size_ = 0;
+  size_t mask_ = 0;
+  int shift_ = 64;
+};
+
 struct Tenant {
   std::string name;
   Money balance = 0;
@@ -271,7 +341,8 @@ class MarketEngine::Impl {
   std::vector<NodeState> nodes_;
   std::vector<Order> orders_;           // Slots.
   std::vector<uint32_t> free_slots_;
-  std::unordered_map<uint64_t, uint32_t> order_slot_;  // Live orders.
+  OrderIndex order_slot_;  // Live orders: their slots by id.
+  uint32_t FindSlot(uint64_t id) const { return order_slot_.Find(id, orders_); }
   BookTable books_;  // Per vertex.
   std::vector<Tenant> tenants_;
   std::unordered_map<std::string, TenantId> tenant_by_name_;

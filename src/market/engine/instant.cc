@@ -134,8 +134,8 @@ void MarketEngine::Impl::RunDue() {
   for (const SchedKey& k : due) {
     switch (k.kind) {
       case kSchedClip: {
-        auto it = order_slot_.find(k.id);
-        if (it != order_slot_.end() && orders_[it->second].next_clip == k.time) ClipStep(it->second);
+        uint32_t slot = FindSlot(k.id);
+        if (slot != OrderIndex::kNone && orders_[slot].next_clip == k.time) ClipStep(slot);
         break;
       }
       case kSchedHoldExpiry: {
@@ -174,10 +174,10 @@ void MarketEngine::Impl::RunDue() {
         break;
       }
       case kSchedCooldown: {
-        auto it = order_slot_.find(k.id);
-        if (it != order_slot_.end()) {
-          Order& o = orders_[it->second];
-          candidates_.emplace(-o.effective, o.seq, it->second);
+        uint32_t slot = FindSlot(k.id);
+        if (slot != OrderIndex::kNone) {
+          Order& o = orders_[slot];
+          candidates_.emplace(-o.effective, o.seq, slot);
         }
         break;
       }

@@ -274,7 +274,7 @@ bool MarketEngine::Impl::ReviewExhaustion(uint32_t tid) {
     e.tenant = TenantId(tid);
     Emit(e);
     std::vector<uint64_t> ids(t.orders.begin(), t.orders.end());
-    for (uint64_t id : ids) CancelOrderInternal(order_slot_.at(id), CancelReason::kExhausted);
+    for (uint64_t id : ids) CancelOrderInternal(FindSlot(id), CancelReason::kExhausted);
   }
   for (NodeId n : t.nodes) MarkDirty(n);
   return true;

@@ -29,7 +29,7 @@ void MarketEngine::Impl::ReleaseOrderSlot(uint32_t slot) {
       }
     }
   }
-  order_slot_.erase(o.id.value);
+  order_slot_.Erase(o.id.value, orders_);
   o.alive = false;
   o.claims.clear();
   o.claims.shrink_to_fit();
@@ -192,7 +192,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   o.requested = spec.price;
   o.seq = next_seq_++;
   o.state = OrderState::kResting;
-  order_slot_.emplace(o.id.value, slot);
+  order_slot_.Insert(slot, orders_);
   // Ids only grow, so this is an append; the search keeps the list sorted regardless.
   t.orders.insert(std::upper_bound(t.orders.begin(), t.orders.end(), o.id.value), o.id.value);
   t.committed = static_cast<Price>(std::min<__int128>(kInfPrice, t.committed + add_rate));
@@ -236,10 +236,10 @@ void MarketEngine::Impl::ResolveWaitingOrders() {
 
 Result<uint32_t> MarketEngine::Impl::FindOwnOrder(TenantId tid, OrderId id) const {
   LZ_RETURN_IF_ERROR(CheckTenant(tid));
-  auto it = order_slot_.find(id.value);
-  if (it == order_slot_.end()) return NotFound("order: no open order with id " + Num(id.value));
-  if (orders_[it->second].tenant != tid) return PermissionDenied("order: order " + Num(id.value) + " belongs to another tenant");
-  return it->second;
+  uint32_t slot = FindSlot(id.value);
+  if (slot == OrderIndex::kNone) return NotFound("order: no open order with id " + Num(id.value));
+  if (orders_[slot].tenant != tid) return PermissionDenied("order: order " + Num(id.value) + " belongs to another tenant");
+  return slot;
 }
 
 Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {

@@ -507,7 +507,10 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   for (const Order& o : m.orders_) w.F(o);
   w.F(m.free_slots_);
   w.U(m.order_slot_.size());
-  for (auto [id, slot] : Sorted(m.order_slot_)) {
+  std::vector<std::pair<uint64_t, uint32_t>> live;
+  m.order_slot_.ForEach([&](uint32_t slot) { live.emplace_back(m.orders_[slot].id.value, slot); });
+  std::sort(live.begin(), live.end());
+  for (auto [id, slot] : live) {
     w.U(id);
     w.U(slot);
   }
@@ -699,7 +702,12 @@ Status MarketEngine::Restore(std::string_view image) {
   size_t live = r.Count();
   for (size_t i = 0; i < live && r.ok(); ++i) {
     uint64_t id = r.U();
-    m.order_slot_.emplace(id, r.Index(m.orders_.size(), "order slot"));
+    uint32_t slot = r.Index(m.orders_.size(), "order slot");
+    if (!r.ok()) break;
+    // The index keys a slot by its record's id (OrderIndex).
+    if (m.orders_[slot].id.value != id) r.Fail("order slot " + Num(slot) + " holds order " + Num(m.orders_[slot].id.value) + ", not " + Num(id));
+    else if (m.FindSlot(id) != OrderIndex::kNone) r.Fail("order " + Num(id) + " is listed twice");
+    else m.order_slot_.Insert(slot, m.orders_);
   }
   r.F(m.unmatchable_);
   r.section = "books";
