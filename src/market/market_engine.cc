@@ -464,15 +464,15 @@ Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
   OrderView v;
   v.id = o.id;
   v.tenant = o.tenant;
-  v.spec = o.spec;
-  v.spec.price = o.requested;
+  const OrderCold& c = m.Cold(o);
+  v.spec = OrderSpec{o.scope, o.requested, o.count, o.locality, c.rel_to};
   v.effective_scope = o.eff_scope;
   v.effective_price = o.effective;
   v.state = o.state;
   v.seq = o.seq;
   v.filled = o.filled;
-  v.cooldown_until = o.cooldown_until;
-  v.claims = o.claims;
+  v.cooldown_until = c.cooldown_until;
+  v.claims = c.claims;
   return v;
 }
 

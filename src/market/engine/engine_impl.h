@@ -180,28 +180,45 @@ struct NodeState {
   bool in_maint = false;  // Has an entry in maint_state_.
 };
 
-struct Order {
-  OrderId id;
-  TenantId tenant;
-  OrderSpec spec;
-  TypeId type;
-  VertexId eff_scope;      // Invalid: no node satisfies the order (yet).
-  LocationId locality_loc; // The anchor's location at the locality level (invalid: none).
-  Price requested = 0;
-  Price effective = 0;
+// The rare parts of an order (issue 12): a locality anchor, a clip schedule,
+// a gang's cooldown and the nodes a pending order claims. They live in a side
+// table keyed by slot (Impl::order_cold_), created when one is first set, so
+// an order that uses none of them has only the compact record below. Absent
+// means every field at its default.
+struct OrderCold {
+  NodeId rel_to;            // OrderSpec::rel_to.
+  LocationId locality_loc;  // The anchor's location at the locality level (invalid: none).
   Price clip_step = 0;
   Micros next_clip = kNever;
-  uint64_t seq = 0;
-  OrderState state = OrderState::kResting;
-  uint32_t filled = 0;
   Micros cooldown_until = 0;
-  bool in_book = false;     // Has a BookEntry at eff_scope.
-  uint8_t book_flags = 0;
   std::vector<NodeId> claims;  // Pending: contested or reserved nodes.
-  bool alive = true;
-  bool is_gang() const { return spec.count > 1; }
-  uint32_t remaining() const { return spec.count - filled; }
+  bool operator==(const OrderCold&) const = default;
 };
+
+// An order's hot record: the OrderSpec's fields but rel_to inline, the rest
+// in OrderCold. Fields are ordered so that they pack without padding.
+struct Order {
+  OrderId id;
+  Price price = 0;  // OrderSpec::price as placed; `requested` follows updates.
+  Price requested = 0;
+  Price effective = 0;
+  uint64_t seq = 0;
+  TenantId tenant;
+  VertexId scope;          // OrderSpec::scope.
+  VertexId eff_scope;      // Invalid: no node satisfies the order (yet).
+  uint32_t count = 1;      // OrderSpec::count.
+  uint32_t filled = 0;
+  TypeId type;
+  OrderState state = OrderState::kResting;
+  Locality locality = Locality::kAny;  // OrderSpec::locality.
+  uint8_t book_flags = 0;
+  bool in_book = false;     // Has a BookEntry at eff_scope.
+  bool alive = true;
+  bool has_cold = false;    // Has an entry in Impl::order_cold_.
+  bool is_gang() const { return count > 1; }
+  uint32_t remaining() const { return count - filled; }
+};
+static_assert(sizeof(Order) <= 72, "the order record is meant to stay compact (issue 12)");
 
 // Live orders by id (issue 12): an open-addressing table of order slots with
 // linear probing, hashed by id and compared through the slot's record, so a
@@ -343,6 +360,16 @@ class MarketEngine::Impl {
   std::vector<uint32_t> free_slots_;
   OrderIndex order_slot_;  // Live orders: their slots by id.
   uint32_t FindSlot(uint64_t id) const { return order_slot_.Find(id, orders_); }
+  // Rare order fields by slot (OrderCold); an entry outlives its order until
+  // the slot is reused, as the record's other fields do.
+  std::unordered_map<uint32_t, OrderCold> order_cold_;
+  static inline const OrderCold kNoCold{};
+  const OrderCold& Cold(const Order& o) const { return o.has_cold ? order_cold_.find(SlotOf(o))->second : kNoCold; }
+  OrderCold& MutableCold(Order& o) {
+    o.has_cold = true;
+    return order_cold_[SlotOf(o)];
+  }
+  const std::vector<NodeId>& Claims(const Order& o) const { return Cold(o).claims; }
   BookTable books_;  // Per vertex.
   std::vector<Tenant> tenants_;
   std::unordered_map<std::string, TenantId> tenant_by_name_;

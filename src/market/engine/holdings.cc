@@ -124,8 +124,11 @@ bool MarketEngine::Impl::ReviewNode(NodeId n) {
 // The challenger `slot` no longer contests node n.
 void MarketEngine::Impl::DetachChallenger(uint32_t slot, NodeId n, bool holder_won) {
   Order& o = orders_[slot];
-  auto it = std::find(o.claims.begin(), o.claims.end(), n);
-  if (it != o.claims.end()) o.claims.erase(it);
+  if (o.has_cold) {
+    std::vector<NodeId>& claims = MutableCold(o).claims;
+    auto it = std::find(claims.begin(), claims.end(), n);
+    if (it != claims.end()) claims.erase(it);
+  }
   if (o.is_gang()) {
     if (holder_won) DropGang(slot, /*cooldown=*/true);
     return;
@@ -140,7 +143,7 @@ void MarketEngine::Impl::DetachChallenger(uint32_t slot, NodeId n, bool holder_w
 // contests it was the challenger of lose their challenger.
 void MarketEngine::Impl::ReleaseClaims(uint32_t slot) {
   std::vector<NodeId> claims;
-  claims.swap(orders_[slot].claims);
+  if (orders_[slot].has_cold) claims.swap(MutableCold(orders_[slot]).claims);
   for (NodeId n : claims) {
     NodeState& s = nodes_[n.value];
     if (s.order_slot == slot) {
@@ -166,11 +169,12 @@ void MarketEngine::Impl::DropGang(uint32_t slot, bool cooldown) {
   e.order = o.id;
   e.tenant = o.tenant;
   if (cooldown) {
-    ScheduleErase(o.cooldown_until, kSchedCooldown, o.id.value);
-    o.cooldown_until = SatAdd(now_, params_.grace);
-    if (o.cooldown_until > now_) ScheduleAdd(o.cooldown_until, kSchedCooldown, o.id.value);
+    OrderCold& c = MutableCold(o);
+    ScheduleErase(c.cooldown_until, kSchedCooldown, o.id.value);
+    c.cooldown_until = SatAdd(now_, params_.grace);
+    if (c.cooldown_until > now_) ScheduleAdd(c.cooldown_until, kSchedCooldown, o.id.value);
   }
-  e.deadline = o.cooldown_until;
+  e.deadline = Cold(o).cooldown_until;
   Emit(e);
   if (o.in_book) BookErase(o);
   BookInsert(o, kFlagGang);
@@ -206,8 +210,9 @@ void MarketEngine::Impl::ResolveDeadline(NodeId n) {
   EndHolding(n);
   if (c != UINT32_MAX) {
     Order& o = orders_[c];
-    auto it = std::find(o.claims.begin(), o.claims.end(), n);
-    if (it != o.claims.end()) o.claims.erase(it);
+    std::vector<NodeId>& claims = MutableCold(o).claims;  // o challenged n: it has claims.
+    auto it = std::find(claims.begin(), claims.end(), n);
+    if (it != claims.end()) claims.erase(it);
     if (o.is_gang()) {
       Event r;
       r.type = EventType::kReleased;
@@ -217,7 +222,7 @@ void MarketEngine::Impl::ResolveDeadline(NodeId n) {
       Emit(r);
       s.order_slot = c;
       StopDecay(n);
-      o.claims.push_back(n);
+      MutableCold(o).claims.push_back(n);
       MarkPowerDirty();
       gangs_to_check_.push_back(c);
       RefreshNode(n);
@@ -326,8 +331,9 @@ Status MarketEngine::Impl::RelinquishImpl(TenantId tid, NodeId n) {
     s.reasons = 0;
     EndHolding(n);
     Order& o = orders_[c];
-    auto it = std::find(o.claims.begin(), o.claims.end(), n);
-    if (it != o.claims.end()) o.claims.erase(it);
+    std::vector<NodeId>& claims = MutableCold(o).claims;  // o challenged n: it has claims.
+    auto it = std::find(claims.begin(), claims.end(), n);
+    if (it != claims.end()) claims.erase(it);
     if (o.is_gang()) {
       Event r;
       r.type = EventType::kReleased;
@@ -337,7 +343,7 @@ Status MarketEngine::Impl::RelinquishImpl(TenantId tid, NodeId n) {
       Emit(r);
       s.order_slot = c;
       StopDecay(n);
-      o.claims.push_back(n);
+      MutableCold(o).claims.push_back(n);
       gangs_to_check_.push_back(c);
       RefreshNode(n);
     } else {

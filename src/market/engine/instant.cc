@@ -135,7 +135,7 @@ void MarketEngine::Impl::RunDue() {
     switch (k.kind) {
       case kSchedClip: {
         uint32_t slot = FindSlot(k.id);
-        if (slot != OrderIndex::kNone && orders_[slot].next_clip == k.time) ClipStep(slot);
+        if (slot != OrderIndex::kNone && Cold(orders_[slot]).next_clip == k.time) ClipStep(slot);
         break;
       }
       case kSchedHoldExpiry: {

@@ -52,7 +52,7 @@ bool MarketEngine::Impl::TrySingle(uint32_t slot) {
   Summary before = Summarize(books_[v.value]);
   if (o.in_book) EntryErase(o);  // Not in its book yet when just placed.
   o.state = OrderState::kPending;
-  o.claims.push_back(n);
+  MutableCold(o).claims.push_back(n);
   o.book_flags = kFlagPending;
   EntryInsert(o);
   o.in_book = true;
@@ -68,8 +68,9 @@ void MarketEngine::Impl::BecomeChallenger(uint32_t slot, NodeId n) {
   s.challenger = slot;
   if (prev != UINT32_MAX) {
     Order& p = orders_[prev];
-    auto it = std::find(p.claims.begin(), p.claims.end(), n);
-    if (it != p.claims.end()) p.claims.erase(it);
+    std::vector<NodeId>& claims = MutableCold(p).claims;  // p challenged n: it has claims.
+    auto it = std::find(claims.begin(), claims.end(), n);
+    if (it != claims.end()) claims.erase(it);
     if (p.is_gang()) {
       DropGang(prev, /*cooldown=*/false);  // Displaced by a higher challenger: no cooldown.
     } else {
@@ -95,9 +96,9 @@ bool MarketEngine::Impl::TryPendingToFree(uint32_t slot) {
   NodeId n = BestNodeFor(o, /*free_only=*/true);
   if (!n.valid() || o.effective < Obtain(n)) return false;
   // Withdraw from the contest, then take the free node.
-  LZ_CHECK(o.claims.size() == 1);
-  NodeId contested = o.claims[0];
-  o.claims.clear();
+  LZ_CHECK(Claims(o).size() == 1);
+  NodeId contested = Claims(o)[0];
+  MutableCold(o).claims.clear();
   NodeState& cs = nodes_[contested.value];
   if (cs.challenger == slot) {
     cs.challenger = UINT32_MAX;
@@ -116,14 +117,14 @@ bool MarketEngine::Impl::TryPendingToFree(uint32_t slot) {
 
 bool MarketEngine::Impl::TryGang(uint32_t slot) {
   Order& o = orders_[slot];
-  bool cooling = o.cooldown_until > now_;
+  bool cooling = Cold(o).cooldown_until > now_;
   std::vector<NodeId> chosen;
-  for (uint32_t i = 0; i < o.spec.count; ++i) {
+  for (uint32_t i = 0; i < o.count; ++i) {
     NodeId n = BestNodeFor(o, cooling, &chosen);
     if (!n.valid() || o.effective < Obtain(n)) return false;
     chosen.push_back(n);
   }
-  if (OutOfMoney(o, o.spec.count)) {
+  if (OutOfMoney(o, o.count)) {
     CancelOrderInternal(slot, CancelReason::kOutOfMoney);
     return true;
   }
@@ -131,7 +132,7 @@ bool MarketEngine::Impl::TryGang(uint32_t slot) {
   o.state = OrderState::kPending;
   for (NodeId n : chosen) {
     NodeState& s = nodes_[n.value];
-    o.claims.push_back(n);
+    MutableCold(o).claims.push_back(n);
     if (!s.holder.valid()) {
       s.order_slot = slot;
       StopDecay(n);
@@ -163,7 +164,7 @@ bool MarketEngine::Impl::CompleteGangs() {
     if (!o.alive || o.state != OrderState::kPending || !o.is_gang()) continue;
     // A floor above the gang's price on a reserved node drops the gang.
     bool floor_ok = true;
-    for (NodeId n : o.claims) {
+    for (NodeId n : Claims(o)) {
       if (nodes_[n.value].order_slot == slot) floor_ok = floor_ok && EffFloor(n) <= o.effective;
     }
     if (!floor_ok) {
@@ -171,10 +172,10 @@ bool MarketEngine::Impl::CompleteGangs() {
       any = true;
       continue;
     }
-    bool all = o.claims.size() == o.spec.count;
-    for (NodeId n : o.claims) all = all && nodes_[n.value].order_slot == slot;
+    bool all = Claims(o).size() == o.count;
+    for (NodeId n : Claims(o)) all = all && nodes_[n.value].order_slot == slot;
     if (!all) continue;
-    std::vector<NodeId> claims = o.claims;
+    std::vector<NodeId> claims = Claims(o);
     TenantId tid = o.tenant;
     Price limit = o.requested;
     for (NodeId n : claims) {
@@ -186,10 +187,10 @@ bool MarketEngine::Impl::CompleteGangs() {
       e.price = limit;
       Emit(e);
     }
-    o.claims.clear();
+    MutableCold(o).claims.clear();
     RemoveOrderFromTenant(o);
     o.state = OrderState::kFilled;
-    o.filled = o.spec.count;
+    o.filled = o.count;
     Event f;
     f.type = EventType::kOrderFilled;
     f.order = o.id;

@@ -18,10 +18,11 @@ void MarketEngine::Impl::RemoveOrderFromTenant(Order& o) {
 
 void MarketEngine::Impl::ReleaseOrderSlot(uint32_t slot) {
   Order& o = orders_[slot];
-  if (o.next_clip != kNever) ScheduleErase(o.next_clip, kSchedClip, o.id.value);
-  if (o.cooldown_until > now_) ScheduleErase(o.cooldown_until, kSchedCooldown, o.id.value);
-  if (o.spec.locality != Locality::kAny) {
-    auto range = rel_to_orders_.equal_range(o.spec.rel_to.value);
+  const OrderCold& c = Cold(o);
+  if (c.next_clip != kNever) ScheduleErase(c.next_clip, kSchedClip, o.id.value);
+  if (c.cooldown_until > now_) ScheduleErase(c.cooldown_until, kSchedCooldown, o.id.value);
+  if (o.locality != Locality::kAny) {
+    auto range = rel_to_orders_.equal_range(c.rel_to.value);
     for (auto it = range.first; it != range.second; ++it) {
       if (it->second == slot) {
         rel_to_orders_.erase(it);
@@ -31,8 +32,11 @@ void MarketEngine::Impl::ReleaseOrderSlot(uint32_t slot) {
   }
   order_slot_.Erase(o.id.value, orders_);
   o.alive = false;
-  o.claims.clear();
-  o.claims.shrink_to_fit();
+  if (o.has_cold) {
+    OrderCold& mc = MutableCold(o);
+    mc.claims.clear();
+    mc.claims.shrink_to_fit();
+  }
   free_slots_.push_back(slot);
 }
 
@@ -103,7 +107,7 @@ void MarketEngine::Impl::SetEffective(uint32_t slot, Price eff, uint64_t seq) {
       o.effective = eff;
       o.seq = seq;
     }
-    for (NodeId n : std::vector<NodeId>(o.claims)) {
+    for (NodeId n : std::vector<NodeId>(Claims(o))) {
       NodeState& s = nodes_[n.value];
       if (s.challenger == slot) {
         RefreshNode(n);
@@ -117,7 +121,7 @@ void MarketEngine::Impl::SetEffective(uint32_t slot, Price eff, uint64_t seq) {
       }
     }
     if (o.is_gang()) {
-      for (NodeId n : o.claims) {
+      for (NodeId n : Claims(o)) {
         const NodeState& s = nodes_[n.value];
         if (s.challenger == slot && eff < HolderBar(n)) {
           DropGang(slot, /*cooldown=*/true);
@@ -182,12 +186,20 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
     orders_.emplace_back();
   }
   Order& o = orders_[slot];
+  if (o.has_cold) order_cold_.erase(slot);  // The previous order's, kept until now.
   o = Order();
   o.id = OrderId(next_order_id_++);
   o.tenant = tid;
-  o.spec = spec;
+  o.price = spec.price;
+  o.scope = spec.scope;
+  o.count = spec.count;
+  o.locality = spec.locality;
+  if (spec.rel_to.valid() || locality_loc.valid()) {
+    OrderCold& c = MutableCold(o);
+    c.rel_to = spec.rel_to;
+    c.locality_loc = locality_loc;
+  }
   o.type = sv.type;
-  o.locality_loc = locality_loc;
   o.eff_scope = Narrow(spec.scope, locality_loc);
   o.requested = spec.price;
   o.seq = next_seq_++;
@@ -229,7 +241,7 @@ void MarketEngine::Impl::ResolveWaitingOrders() {
     Order& o = orders_[slot];
     if (!o.alive) continue;
     o.in_book = false;
-    o.eff_scope = Narrow(o.spec.scope, o.locality_loc);
+    o.eff_scope = Narrow(o.scope, Cold(o).locality_loc);
     BookInsert(o, o.book_flags);
   }
 }
@@ -266,9 +278,10 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   } else if (price < o.requested) {
     o.requested = price;
     if (o.effective > price) {
-      if (o.next_clip != kNever) {
-        ScheduleErase(o.next_clip, kSchedClip, o.id.value);
-        o.next_clip = kNever;
+      if (Cold(o).next_clip != kNever) {
+        OrderCold& c = MutableCold(o);
+        ScheduleErase(c.next_clip, kSchedClip, o.id.value);
+        c.next_clip = kNever;
       }
       SetEffective(slot, price, o.seq);
     }

@@ -40,7 +40,7 @@ uint64_t GetFixed(std::string_view s, size_t at, int bytes) {
 // The records that list their fields in a `Fields` function below.
 template <typename T>
 concept HasFields = std::is_same_v<T, MarketParams> || std::is_same_v<T, NodeState> || std::is_same_v<T, OrderSpec> ||
-                    std::is_same_v<T, Order> || std::is_same_v<T, Tenant> || std::is_same_v<T, FloorTarget> ||
+                    std::is_same_v<T, Tenant> || std::is_same_v<T, FloorTarget> ||
                     std::is_same_v<T, Policy> || std::is_same_v<T, BookEntry> || std::is_same_v<T, LedgerEntry> ||
                     std::is_same_v<T, SchedKey>;
 
@@ -277,25 +277,31 @@ void Fields(V& v, S& s) requires std::is_same_v<std::remove_const_t<S>, OrderSpe
   v.F(s.rel_to);
 }
 
-template <typename V, typename O>
-void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, Order> {
+// An order's record and its rare fields (OrderCold, default when it has none),
+// in the order they had when they were all in one struct.
+template <typename V, typename O, typename C>
+void OrderFields(V& v, O& o, C& c) {
   v.F(o.id);
   v.F(o.tenant);
-  Fields(v, o.spec);
+  v.F(o.scope);  // The OrderSpec: scope, price, count, locality, rel_to.
+  v.F(o.price);
+  v.F(o.count);
+  v.F(o.locality);
+  v.F(c.rel_to);
   v.F(o.type);
   v.F(o.eff_scope);
-  v.F(o.locality_loc);
+  v.F(c.locality_loc);
   v.F(o.requested);
   v.F(o.effective);
-  v.F(o.clip_step);
-  v.F(o.next_clip);
+  v.F(c.clip_step);
+  v.F(c.next_clip);
   v.F(o.seq);
   v.F(o.state);
   v.F(o.filled);
-  v.F(o.cooldown_until);
+  v.F(c.cooldown_until);
   v.F(o.in_book);
   v.F(o.book_flags);
-  v.F(o.claims);
+  v.F(c.claims);
   v.F(o.alive);
 }
 
@@ -446,10 +452,6 @@ template <typename T>
 T Read(Reader& r) {
   T record{};
   r.F(record);
-  if constexpr (std::is_same_v<T, Order>) {
-    if (record.state > OrderState::kCancelled) r.Fail("order state " + Num(static_cast<uint8_t>(record.state)) + " unknown");
-    if (record.spec.locality > Locality::kSameRack) r.Fail("locality " + Num(static_cast<uint8_t>(record.spec.locality)) + " unknown");
-  }
   return record;
 }
 
@@ -504,7 +506,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   // Orders: every slot (free ones too, whose stale fields nothing reads but
   // which keep the slot numbering), the free list, the live-order map.
   w.U(m.orders_.size());
-  for (const Order& o : m.orders_) w.F(o);
+  for (const Order& o : m.orders_) OrderFields(w, o, m.Cold(o));
   w.F(m.free_slots_);
   w.U(m.order_slot_.size());
   std::vector<std::pair<uint64_t, uint32_t>> live;
@@ -697,7 +699,17 @@ Status MarketEngine::Restore(std::string_view image) {
 
   r.section = "orders";
   m.orders_.resize(r.Count());
-  for (Order& o : m.orders_) o = Read<Order>(r);
+  for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
+    Order& o = m.orders_[slot];
+    OrderCold c;
+    OrderFields(r, o, c);
+    if (o.state > OrderState::kCancelled) r.Fail("order state " + Num(static_cast<uint8_t>(o.state)) + " unknown");
+    if (o.locality > Locality::kSameRack) r.Fail("locality " + Num(static_cast<uint8_t>(o.locality)) + " unknown");
+    if (c != OrderCold{}) {
+      o.has_cold = true;
+      m.order_cold_.emplace(slot, std::move(c));
+    }
+  }
   r.F(m.free_slots_);
   size_t live = r.Count();
   for (size_t i = 0; i < live && r.ok(); ++i) {

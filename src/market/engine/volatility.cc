@@ -13,25 +13,26 @@ namespace laissez::market {
 // with the k cheapest others.
 Price MarketEngine::Impl::ClipReference(const Order& o) {
   if (!o.eff_scope.valid()) return kInfPrice;
-  std::vector<NodeId> skip(o.claims);
+  std::vector<NodeId> skip(Claims(o));
   std::vector<Price> prices;
-  for (NodeId n : o.claims) prices.push_back(OwnClaimObtain(o, n));
-  for (uint32_t i = 0; i < o.spec.count; ++i) {
+  for (NodeId n : Claims(o)) prices.push_back(OwnClaimObtain(o, n));
+  for (uint32_t i = 0; i < o.count; ++i) {
     NodeId n = BestNodeFor(o, false, &skip);
     if (!n.valid()) break;
     skip.push_back(n);
     prices.push_back(Obtain(n));
   }
-  if (prices.size() < o.spec.count) return kInfPrice;
-  std::nth_element(prices.begin(), prices.begin() + (o.spec.count - 1), prices.end());
-  return prices[o.spec.count - 1];
+  if (prices.size() < o.count) return kInfPrice;
+  std::nth_element(prices.begin(), prices.begin() + (o.count - 1), prices.end());
+  return prices[o.count - 1];
 }
 
 // Sets effective price and clip schedule after placement or a raise.
 void MarketEngine::Impl::ApplyClip(Order& o, Price before_effective) {
-  if (o.next_clip != kNever) {
-    ScheduleErase(o.next_clip, kSchedClip, o.id.value);
-    o.next_clip = kNever;
+  if (Cold(o).next_clip != kNever) {
+    OrderCold& c = MutableCold(o);
+    ScheduleErase(c.next_clip, kSchedClip, o.id.value);
+    c.next_clip = kNever;
   }
   if (params_.clip_alpha_ppm == 0) {
     o.effective = o.requested;
@@ -43,26 +44,28 @@ void MarketEngine::Impl::ApplyClip(Order& o, Price before_effective) {
     return;
   }
   Price s = std::max(MulPpmCeil(p, params_.clip_alpha_ppm), params_.tick);
-  o.clip_step = s;
+  OrderCold& c = MutableCold(o);
+  c.clip_step = s;
   o.effective = std::min(o.requested, std::max(SatAdd(p, s), before_effective));
   if (o.effective < o.requested) {
     if (params_.clip_interval == 0) {
       o.effective = o.requested;
     } else {
-      o.next_clip = SatAdd(now_, params_.clip_interval);
-      ScheduleAdd(o.next_clip, kSchedClip, o.id.value);
+      c.next_clip = SatAdd(now_, params_.clip_interval);
+      ScheduleAdd(c.next_clip, kSchedClip, o.id.value);
     }
   }
 }
 
 void MarketEngine::Impl::ClipStep(uint32_t slot) {
   Order& o = orders_[slot];
-  o.next_clip = kNever;
-  Price eff = std::min(o.requested, SatAdd(o.effective, o.clip_step));
+  OrderCold& c = MutableCold(o);  // A clip step: the order has a clip schedule.
+  c.next_clip = kNever;
+  Price eff = std::min(o.requested, SatAdd(o.effective, c.clip_step));
   if (params_.clip_interval == 0) eff = o.requested;
   if (eff < o.requested) {
-    o.next_clip = SatAdd(now_, params_.clip_interval);
-    ScheduleAdd(o.next_clip, kSchedClip, o.id.value);
+    c.next_clip = SatAdd(now_, params_.clip_interval);
+    ScheduleAdd(c.next_clip, kSchedClip, o.id.value);
   }
   SetEffective(slot, eff, o.seq);
 }
