@@ -67,7 +67,7 @@ Status MarketEngine::RemoveNode(Micros t, NodeId node) {
     // Orders scoped to this node alone can never be filled.
     VertexId leaf = m.topo_.node(node).leaf;
     std::vector<uint32_t> gone;
-    for (const BookEntry& e : m.books_[leaf.value]) gone.push_back(e.slot);
+    for (const BookEntry& e : m.books_[leaf.value]) gone.push_back(static_cast<uint32_t>(e.slot));
     for (uint32_t slot : gone) m.CancelOrderInternal(slot, CancelReason::kScopeGone);
     Event e;
     e.type = EventType::kNodeRemoved;
@@ -470,7 +470,7 @@ Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
   v.effective_price = o.effective;
   v.state = o.state;
   v.seq = o.seq;
-  v.filled = o.filled;
+  v.filled = o.filled();
   v.cooldown_until = c.cooldown_until;
   v.claims = c.claims;
   return v;

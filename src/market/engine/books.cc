@@ -90,7 +90,7 @@ void MarketEngine::Impl::AddCandidatesAbove(NodeId n, Price price) {
     if (books_.top(v.value) < price) continue;
     for (const BookEntry& e : books_[v.value]) {
       if (e.price < price) break;
-      candidates_.emplace(-e.price, e.seq, e.slot);
+      candidates_.emplace(-e.price, e.seq, static_cast<uint32_t>(e.slot));
     }
   }
 }
@@ -163,7 +163,7 @@ void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
 // callers refresh the rates the book's summary feeds (AfterBookChange).
 void MarketEngine::Impl::EntryInsert(const Order& o) {
   auto& b = books_.Mutable(o.eff_scope.value);
-  BookEntry e{o.effective, o.seq, SlotOf(o), o.tenant.value, o.book_flags};
+  BookEntry e{o.effective, o.seq, SlotOf(o), o.book_flags, o.tenant.value};
   b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
   books_.Retop(o.eff_scope.value);
 }

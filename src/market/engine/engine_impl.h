@@ -89,13 +89,16 @@ struct SchedKey {
 
 enum BookFlag : uint8_t { kFlagGang = 1, kFlagPending = 2 };
 
+// 24 bytes (issue 12): the flags share the slot's word.
 struct BookEntry {
   Price price;  // Effective price.
   uint64_t seq;
-  uint32_t slot;
+  uint32_t slot : 30;  // Order slots stay below kMaxOrderSlots (Place).
+  uint32_t flags : 2;  // BookFlag bits.
   uint32_t tenant;
-  uint8_t flags;
 };
+inline constexpr uint32_t kMaxOrderSlots = uint32_t{1} << 30;
+static_assert(sizeof(BookEntry) == 24);
 // Sorted: price desc, seq asc.
 inline bool BookLess(const BookEntry& a, const BookEntry& b) {
   return a.price != b.price ? a.price > b.price : a.seq < b.seq;
@@ -207,7 +210,6 @@ struct Order {
   VertexId scope;          // OrderSpec::scope.
   VertexId eff_scope;      // Invalid: no node satisfies the order (yet).
   uint32_t count = 1;      // OrderSpec::count.
-  uint32_t filled = 0;
   TypeId type;
   OrderState state = OrderState::kResting;
   Locality locality = Locality::kAny;  // OrderSpec::locality.
@@ -216,9 +218,11 @@ struct Order {
   bool alive = true;
   bool has_cold = false;    // Has an entry in Impl::order_cold_.
   bool is_gang() const { return count > 1; }
-  uint32_t remaining() const { return count - filled; }
+  // All or nothing: the count once filled, 0 before.
+  uint32_t filled() const { return state == OrderState::kFilled ? count : 0; }
+  uint32_t remaining() const { return count - filled(); }
 };
-static_assert(sizeof(Order) <= 72, "the order record is meant to stay compact (issue 12)");
+static_assert(sizeof(Order) <= 64, "the order record is meant to stay compact (issue 12)");
 
 // Live orders by id (issue 12): an open-addressing table of order slots with
 // linear probing, hashed by id and compared through the slot's record, so a

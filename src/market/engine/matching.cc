@@ -190,7 +190,6 @@ bool MarketEngine::Impl::CompleteGangs() {
     MutableCold(o).claims.clear();
     RemoveOrderFromTenant(o);
     o.state = OrderState::kFilled;
-    o.filled = o.count;
     Event f;
     f.type = EventType::kOrderFilled;
     f.order = o.id;

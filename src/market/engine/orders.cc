@@ -76,7 +76,6 @@ void MarketEngine::Impl::FillSingle(uint32_t slot, NodeId n, bool emit_alloc) {
   }
   RemoveOrderFromTenant(o);
   o.state = OrderState::kFilled;
-  o.filled = 1;
   Event f;
   f.type = EventType::kOrderFilled;
   f.order = o.id;
@@ -182,6 +181,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
     slot = free_slots_.back();
     free_slots_.pop_back();
   } else {
+    if (orders_.size() >= kMaxOrderSlots) return ResourceExhausted("order: too many open orders (" + Num(orders_.size()) + ")");
     slot = static_cast<uint32_t>(orders_.size());
     orders_.emplace_back();
   }

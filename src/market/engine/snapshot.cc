@@ -297,7 +297,11 @@ void OrderFields(V& v, O& o, C& c) {
   v.F(c.next_clip);
   v.F(o.seq);
   v.F(o.state);
-  v.F(o.filled);
+  uint32_t filled = o.filled();  // Not stored: derived from the state (all or nothing).
+  v.F(filled);
+  if constexpr (!std::is_const_v<O>) {
+    if (filled != o.filled()) v.Fail("order " + Num(o.id.value) + ": filled count " + Num(filled) + " does not match its state");
+  }
   v.F(c.cooldown_until);
   v.F(o.in_book);
   v.F(o.book_flags);
@@ -393,9 +397,16 @@ template <typename V, typename E>
 void Fields(V& v, E& e) requires std::is_same_v<std::remove_const_t<E>, BookEntry> {
   v.F(e.price);
   v.F(e.seq);
-  v.F(e.slot);
+  uint32_t slot = e.slot;  // Bit-fields (BookEntry): through copies.
+  uint8_t flags = e.flags;
+  v.F(slot);
   v.F(e.tenant);
-  v.F(e.flags);
+  v.F(flags);
+  if constexpr (!std::is_const_v<E>) {
+    if (slot >= kMaxOrderSlots || flags > (kFlagGang | kFlagPending)) v.Fail("book entry slot or flags out of range");
+    e.slot = slot;
+    e.flags = flags;
+  }
 }
 
 template <typename V, typename E>
