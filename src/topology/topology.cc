@@ -70,7 +70,7 @@ Result<NodeId> Topology::AddNode(const NodeInfo& info) {
   if (info.meta.gpus < 0) return InvalidArgument("gpus: must not be negative");
   if (info.meta.memory_gb < 0) return InvalidArgument("memory_gb: must not be negative");
   if (info.meta.power_w < 0) return InvalidArgument("power_w: must not be negative");
-  if (node_by_name_.find(std::string_view(info.name)) != node_by_name_.end()) return AlreadyExists("name: node '" + info.name + "' already exists");
+  if (!node_by_name_.empty() && node_by_name_[NameBucket(info.name)] != kNoNode) return AlreadyExists("name: node '" + info.name + "' already exists");
   if (type_by_name_.size() >= TypeId::kInvalidValue - 1 && !type_by_name_.count(info.type)) {
     return ResourceExhausted("type: too many hardware types");
   }
@@ -97,8 +97,8 @@ Result<NodeId> Topology::AddNode(const NodeInfo& info) {
   NodeId id(static_cast<uint32_t>(nodes_.size()));
   VertexId leaf(static_cast<uint32_t>(vertices_.size()));
   vertices_.push_back(Vertex{type, Level::kNode, rack, id, v});
-  nodes_.push_back(Node{info.name, type, rack, info.meta, leaf, true});
-  node_by_name_.insert(id);
+  nodes_.push_back(Node{info.name, type, true, rack, info.meta, leaf});
+  IndexName(id);
   ++live_nodes_;
   dirty_ = true;
   ++generation_;
@@ -106,6 +106,8 @@ Result<NodeId> Topology::AddNode(const NodeInfo& info) {
 }
 
 void Topology::ShrinkToFit() {
+  // Three quarters full (and one bucket free at least), for as long as no node is added.
+  if (!nodes_.empty()) RehashNames(nodes_.size() + nodes_.size() / 3 + 1);
   nodes_.shrink_to_fit();
   vertices_.shrink_to_fit();
   locations_.shrink_to_fit();
@@ -121,9 +123,34 @@ Status Topology::RemoveNode(NodeId n) {
 }
 
 Result<NodeId> Topology::FindNode(std::string_view name) const {
-  auto it = node_by_name_.find(name);
-  if (it == node_by_name_.end()) return NotFound("node: no node named '" + std::string(name) + "'");
-  return *it;
+  uint32_t n = node_by_name_.empty() ? kNoNode : node_by_name_[NameBucket(name)];
+  if (n == kNoNode) return NotFound("node: no node named '" + std::string(name) + "'");
+  return NodeId(n);
+}
+
+size_t Topology::NameBucket(std::string_view name) const {
+  const size_t size = node_by_name_.size();
+  // The hash scaled to [0, size) (any size, not only powers of two).
+  uint64_t h = std::hash<std::string_view>()(name);
+  size_t i = static_cast<size_t>((static_cast<unsigned __int128>(h) * size) >> 64);
+  for (;; i = i + 1 == size ? 0 : i + 1) {
+    uint32_t n = node_by_name_[i];
+    if (n == kNoNode || nodes_[n].name == name) return i;
+  }
+}
+
+void Topology::RehashNames(size_t buckets) {
+  std::vector<uint32_t> old(buckets, kNoNode);
+  old.swap(node_by_name_);
+  for (uint32_t n : old) {
+    if (n != kNoNode) node_by_name_[NameBucket(nodes_[n].name)] = n;
+  }
+}
+
+void Topology::IndexName(NodeId id) {
+  // nodes_ holds the new node already: keep the table at most half full.
+  if (2 * nodes_.size() > node_by_name_.size()) RehashNames(std::max<size_t>(16, 4 * nodes_.size()));
+  node_by_name_[NameBucket(nodes_[id.value].name)] = id.value;
 }
 
 Result<TypeId> Topology::FindType(std::string_view name) const {
@@ -199,9 +226,14 @@ void Topology::RebuildIfDirty() const {
   leaf_index_.assign(nodes_.size(), UINT32_MAX);
   // Live nodes by rack, in id order.
   std::vector<std::vector<NodeId>> by_rack(locations_.size());
+  std::vector<size_t> per_type(type_names_.size(), 0);
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].alive) by_rack[nodes_[i].rack.value].push_back(NodeId(i));
+    if (nodes_[i].alive) {
+      by_rack[nodes_[i].rack.value].push_back(NodeId(i));
+      ++per_type[nodes_[i].type.value];
+    }
   }
+  for (size_t t = 0; t < per_type.size(); ++t) leaf_order_[t].reserve(per_type[t]);  // Exact: no growth slack.
   // Depth-first walk of locations in insertion order; ranges of every vertex.
   std::vector<uint32_t> open(vertices_.size(), UINT32_MAX);
   std::function<void(LocationId)> walk = [&](LocationId loc) {

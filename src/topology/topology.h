@@ -62,19 +62,20 @@ struct Vertex {
   VertexId parent;      // Invalid for a type's root.
 };
 
+// Fields ordered so that the record packs into 56 bytes (issue 12).
 struct Node {
   std::string name;
   TypeId type;
+  bool alive = true;
   LocationId rack;
   NodeMeta meta;
   VertexId leaf;
-  bool alive = true;
 };
 
 class Topology {
  public:
   Topology();
-  Topology(const Topology&) = delete;  // The name index points back at this object.
+  Topology(const Topology&) = delete;  // An engine owns one; nothing copies it.
   Topology& operator=(const Topology&) = delete;
 
   // Adds a node, creating its locations and vertices as needed. Fails with
@@ -141,22 +142,17 @@ class Topology {
 
   std::vector<Node> nodes_;
   size_t live_nodes_ = 0;
-  // Node ids hashed by their names (the names live in nodes_ only).
-  struct NameHash {
-    const Topology* t;
-    using is_transparent = void;
-    size_t operator()(NodeId n) const { return std::hash<std::string_view>()(t->nodes_[n.value].name); }
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
-  };
-  struct NameEq {
-    const Topology* t;
-    using is_transparent = void;
-    std::string_view Name(NodeId n) const { return t->nodes_[n.value].name; }
-    bool operator()(NodeId a, NodeId b) const { return a == b; }
-    bool operator()(std::string_view a, NodeId b) const { return a == Name(b); }
-    bool operator()(NodeId a, std::string_view b) const { return Name(a) == b; }
-  };
-  std::unordered_set<NodeId, NameHash, NameEq> node_by_name_{16, NameHash{this}, NameEq{this}};
+  // Node ids hashed by their names (the names live in nodes_ only): an
+  // open-addressing table with linear probing, 4 bytes a bucket where a
+  // std::unordered_set spent a 32-byte node and a bucket pointer on each node
+  // (issue 12). At most half full while nodes are added, three quarters after
+  // ShrinkToFit. Names are never removed.
+  static constexpr uint32_t kNoNode = UINT32_MAX;
+  std::vector<uint32_t> node_by_name_;
+  // The bucket holding `name`, or the empty bucket where it would go.
+  size_t NameBucket(std::string_view name) const;
+  void IndexName(NodeId n);
+  void RehashNames(size_t buckets);
   std::vector<std::string> type_names_;
   std::unordered_map<std::string, TypeId> type_by_name_;
   std::vector<Location> locations_;
