@@ -261,11 +261,16 @@ void Fields(V& v, S& s) requires std::is_same_v<std::remove_const_t<S>, NodeStat
   v.F(s.acc_since);
   v.F(s.carry);
   v.F(s.reasons);
-  v.F(s.contested);
-  v.F(s.alive);
-  v.F(s.hold_scheduled);
-  v.F(s.decaying);
-  v.F(s.in_maint);
+  // Bit-fields (NodeState): through copies.
+  bool flags[5] = {s.contested, s.alive, s.hold_scheduled, s.decaying, s.in_maint};
+  for (bool& f : flags) v.F(f);
+  if constexpr (!std::is_const_v<S>) {
+    s.contested = flags[0];
+    s.alive = flags[1];
+    s.hold_scheduled = flags[2];
+    s.decaying = flags[3];
+    s.in_maint = flags[4];
+  }
 }
 
 template <typename V, typename S>
