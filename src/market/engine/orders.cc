@@ -183,6 +183,9 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   } else {
     if (orders_.size() >= kMaxOrderSlots) return ResourceExhausted("order: too many open orders (" + Num(orders_.size()) + ")");
     slot = static_cast<uint32_t>(orders_.size());
+    // Grow by a quarter, not the vector's doubling: the slots are most of an
+    // order's memory, and doubling left up to half of them unused (issue 12).
+    if (orders_.size() == orders_.capacity()) orders_.reserve(orders_.size() + orders_.size() / 4 + 16);
     orders_.emplace_back();
   }
   Order& o = orders_[slot];
