@@ -317,6 +317,27 @@ struct Tenant {
   Micros exhaust_sched = kNever;
 };
 
+// A(t) x kH at `at`, the accrued money's aggregate (carry_sum + rate_sum x at
+// - rate_time_sum): one 64 x 64-bit multiply when the rate sum fits in 64
+// bits, as it does but for absurd rates (issue 12); the same value.
+inline __int128 AccrualAt(const Tenant& t, Micros at) {
+  int64_t r = static_cast<int64_t>(t.rate_sum);
+  __int128 m = r == t.rate_sum ? static_cast<__int128>(r) * at : t.rate_sum * at;
+  return t.carry_sum + m - t.rate_time_sum;
+}
+
+// x x kH > a, exactly: the comparison of the budget test and the exhaustion
+// bound. In 64-bit arithmetic when x and a fit (issue 12): a product beyond
+// 64 bits exceeds every 64-bit a in magnitude, so its sign settles the test.
+inline bool TimesHAbove(__int128 x, __int128 a) {
+  int64_t x64 = static_cast<int64_t>(x), a64 = static_cast<int64_t>(a), p;
+  if (x64 == x && a64 == a) {
+    if (__builtin_mul_overflow(x64, kMicrosPerHour, &p)) return x64 > 0;
+    return p > a64;
+  }
+  return x * kH > a;
+}
+
 struct Policy {
   PolicySpec spec;
   bool alive = true;
@@ -673,7 +694,14 @@ class MarketEngine::Impl {
     return (t.carry_sum + t.rate_sum * at - t.rate_time_sum) / kH;
   }
 
-  bool AvailableAtMost(const Tenant& t, Micros at, __int128 need) const;
+  // True if the available balance at `at` is <= `need`. O(1) and inline
+  // unless the bound is too close to call, then exact over the tenant's
+  // holdings (out of line).
+  bool AvailableAtMost(const Tenant& t, Micros at, __int128 need) const {
+    // balance - floor(A / kH) > need  <=  (balance - need) x kH > A: no division.
+    if (TimesHAbove(static_cast<__int128>(t.balance) - need, AccrualAt(t, at))) return false;
+    return static_cast<__int128>(Available(t, at)) <= need;
+  }
 
   bool ExhaustedAt(const Tenant& t, Micros at) const {
     return !t.nodes.empty() && AvailableAtMost(t, at, t.need);
@@ -919,7 +947,19 @@ class MarketEngine::Impl {
   }
 
   // In ledger.cc:
-  Status CheckBudget(const Tenant& t, __int128 add_rate, __int128 add_need) const;
+  // Budget test (rule 7), applied when the committed rate increases: the
+  // verdict inline, the refusal's message out of line (issue 12).
+  bool BudgetPasses(const Tenant& t, __int128 add_rate, __int128 add_need) const {
+    if (add_rate <= 0) return true;
+    if (t.max_rate != kInfPrice && static_cast<__int128>(t.committed) + add_rate > t.max_rate) return false;
+    return !AvailableAtMost(t, now_, static_cast<__int128>(t.committed_need) + add_need);
+  }
+  Status CheckBudget(const Tenant& t, __int128 add_rate, __int128 add_need) const {
+    if (BudgetPasses(t, add_rate, add_need)) return Status::Ok();
+    return BudgetRefusal(t, add_rate, add_need);
+  }
+  // In ledger.cc: the error of a call that fails the budget test.
+  Status BudgetRefusal(const Tenant& t, __int128 add_rate, __int128 add_need) const;
   Result<OrderId> Place(TenantId tid, const OrderSpec& spec);
   VertexId Narrow(VertexId scope, LocationId loc) const;
   void ResolveWaitingOrders();

@@ -197,23 +197,16 @@ Money MarketEngine::Impl::Accrued(const Tenant& t, Micros at) const {
   return sum > kInfPrice ? kInfPrice : static_cast<Money>(sum);
 }
 
-// True if the available balance at `at` is <= `need`. O(1) unless the
-// bound is too close to call, then exact over the tenant's holdings.
-bool MarketEngine::Impl::AvailableAtMost(const Tenant& t, Micros at, __int128 need) const {
-  // balance - floor(A / kH) > need  <=  (balance - need) x kH > A: no division.
-  __int128 a = t.carry_sum + t.rate_sum * at - t.rate_time_sum;
-  if ((static_cast<__int128>(t.balance) - need) * kH > a) return false;
-  return static_cast<__int128>(Available(t, at)) <= need;
-}
-
 // Earliest time >= now at which the tenant can become exhausted (a lower bound).
 Micros MarketEngine::Impl::ExhaustLowerBound(const Tenant& t) const {
   if (t.nodes.empty()) return kNever;
-  __int128 target = (static_cast<__int128>(t.balance) - t.need) * kH;  // A(t) must reach this.
-  __int128 a_now = t.carry_sum + t.rate_sum * now_ - t.rate_time_sum;
-  if (a_now >= target) return now_;
+  __int128 a_now = AccrualAt(t, now_);
+  if (!TimesHAbove(static_cast<__int128>(t.balance) - t.need, a_now)) return now_;
   if (t.rate_sum <= 0) return kNever;
-  __int128 dt = (target - a_now + t.rate_sum - 1) / t.rate_sum;
+  __int128 target = (static_cast<__int128>(t.balance) - t.need) * kH;  // A(t) must reach this.
+  __int128 num = target - a_now + t.rate_sum - 1;
+  int64_t r = static_cast<int64_t>(t.rate_sum);
+  __int128 dt = r == t.rate_sum ? Div128(num, r) : num / t.rate_sum;
   if (dt >= kNever - now_) return kNever;
   return now_ + static_cast<Micros>(dt);
 }
@@ -247,9 +240,7 @@ void MarketEngine::Impl::RescheduleExhaustion(uint32_t tid) {
   if (!t.exhausted && t.exhaust_sched != kNever && t.exhaust_sched > now_ && !t.nodes.empty()) {
     // The armed check still comes no later than the new bound if the bound's
     // condition does not hold yet at the armed time: keep it (no division).
-    __int128 target = (static_cast<__int128>(t.balance) - t.need) * kH;
-    __int128 a = t.carry_sum + t.rate_sum * t.exhaust_sched - t.rate_time_sum;
-    if (a < target) return;
+    if (TimesHAbove(static_cast<__int128>(t.balance) - t.need, AccrualAt(t, t.exhaust_sched))) return;
   }
   Micros when = t.exhausted ? kNever : ExhaustLowerBound(t);
   // Not exhausted now (ReviewExhaustion ran first), so a bound at or before
@@ -282,21 +273,16 @@ bool MarketEngine::Impl::ReviewExhaustion(uint32_t tid) {
 
 // ---------------------------------------------------------------- budget check
 
-// Budget test (rule 7), applied when the committed rate increases.
-Status MarketEngine::Impl::CheckBudget(const Tenant& t, __int128 add_rate, __int128 add_need) const {
-  if (add_rate <= 0) return Status::Ok();
+Status MarketEngine::Impl::BudgetRefusal(const Tenant& t, __int128 add_rate, __int128 add_need) const {
   __int128 committed = static_cast<__int128>(t.committed) + add_rate;
   if (t.max_rate != kInfPrice && committed > t.max_rate) {
     return ResourceExhausted("price: committed rate " + std::to_string(static_cast<int64_t>(std::min<__int128>(committed, kInfPrice))) +
                              " would exceed the tenant's max_rate " + std::to_string(t.max_rate));
   }
   __int128 need = static_cast<__int128>(t.committed_need) + add_need;
-  if (AvailableAtMost(t, now_, need)) {
-    return ResourceExhausted("price: balance " + std::to_string(Available(t, now_)) +
-                             " does not cover the committed rate for one grace period (" +
-                             std::to_string(static_cast<int64_t>(std::min<__int128>(need, kInfPrice))) + ")");
-  }
-  return Status::Ok();
+  return ResourceExhausted("price: balance " + std::to_string(Available(t, now_)) +
+                           " does not cover the committed rate for one grace period (" +
+                           std::to_string(static_cast<int64_t>(std::min<__int128>(need, kInfPrice))) + ")");
 }
 
 }  // namespace laissez::market
