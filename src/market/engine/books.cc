@@ -60,8 +60,9 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
     if (wake) AddCandidatesAbove(n, now_obtain);
     return;
   }
+  bool better = k < ix.key[leaf];
   ix.key[leaf] = k;
-  Rekey(ix, ix.tree, leaf, leaf);
+  RekeyMoved(ix, leaf, better);
   // A node free before or after moved in the free tree (its key or its
   // membership changed); one held or reserved throughout is not in it.
   if (free_entry != UINT32_MAX || ix.free_tree[ix.size + leaf] != UINT32_MAX) Rekey(ix, ix.free_tree, leaf, free_entry);
@@ -81,6 +82,23 @@ void MarketEngine::Impl::Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree,
     // Above here nothing changes: the same other leaf still wins with the same key.
     if (now_best == was && now_best != leaf) break;
   }
+}
+
+// The whole tree holds every leaf, so a changed key moves one leaf up or down
+// the order (LeafLess is monotone in the key), and the walk stops sooner than
+// Rekey's (issue 12). A better key: the leaf still wins every subtree it won,
+// so those levels are only passed; above them it wins while it beats the old
+// winner, and where it does not, nothing above changes. A worse key: only the
+// subtrees it won are re-derived from their children.
+void MarketEngine::Impl::RekeyMoved(TypeIndex& ix, uint32_t leaf, bool better) const {
+  std::vector<uint32_t>& tree = ix.tree;
+  uint32_t i = (ix.size + leaf) >> 1;
+  if (better) {
+    while (i >= 1 && tree[i] == leaf) i >>= 1;
+    for (; i >= 1 && LeafLess(ix, leaf, tree[i]); i >>= 1) tree[i] = leaf;
+    return;
+  }
+  for (; i >= 1 && tree[i] == leaf; i >>= 1) tree[i] = Better(ix, tree[2 * i], tree[2 * i + 1]);
 }
 
 // Orders at the ancestors of n whose price reaches `price` may now cross.

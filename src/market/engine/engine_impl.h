@@ -576,6 +576,8 @@ class MarketEngine::Impl {
   void RefreshNode(NodeId n, bool wake = true);
   // Sets leaf's entry in `tree` (one of ix's trees) and re-derives its ancestors.
   void Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf, uint32_t entry) const;
+  // The same in ix.tree for a leaf whose key changed, `better` if it fell.
+  void RekeyMoved(TypeIndex& ix, uint32_t leaf, bool better) const;
   void AddCandidatesAbove(NodeId n, Price price);
 
   // Best leaf in [lo, hi) of type t by LeafLess, skipping leaves that `skip` rejects.
