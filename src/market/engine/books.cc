@@ -55,17 +55,23 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   unsigned __int128 k = KeyOf(n);
   Price now_obtain = static_cast<Price>(k >> 64);
   uint32_t free_entry = IsFree(nodes_[n.value]) ? leaf : UINT32_MAX;
-  if (k == ix.key[leaf]) {
-    if (ix.free_tree[ix.size + leaf] != free_entry) Rekey(ix, ix.free_tree, leaf, free_entry);
+  // A node held at its last re-key (the held bit of its stored key) was not
+  // in the free tree then: its entry there need not be read (issue 12: a
+  // cache line at 1M nodes).
+  unsigned __int128 old_key = ix.key[leaf];
+  bool was_held = (old_key >> 63) & 1;
+  if (k == old_key) {
+    if (!was_held && ix.free_tree[ix.size + leaf] != free_entry) Rekey(ix, ix.free_tree, leaf, free_entry);
     if (wake) AddCandidatesAbove(n, now_obtain);
     return;
   }
-  bool better = k < ix.key[leaf];
   ix.key[leaf] = k;
-  RekeyMoved(ix, leaf, better);
+  RekeyMoved(ix, leaf, /*better=*/k < old_key);
   // A node free before or after moved in the free tree (its key or its
   // membership changed); one held or reserved throughout is not in it.
-  if (free_entry != UINT32_MAX || ix.free_tree[ix.size + leaf] != UINT32_MAX) Rekey(ix, ix.free_tree, leaf, free_entry);
+  if (free_entry != UINT32_MAX || (!was_held && ix.free_tree[ix.size + leaf] != UINT32_MAX)) {
+    Rekey(ix, ix.free_tree, leaf, free_entry);
+  }
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   if (wake) AddCandidatesAbove(n, now_obtain);
