@@ -153,21 +153,6 @@ std::vector<BookEntry>::iterator MarketEngine::Impl::FindEntry(std::vector<BookE
   return b.end();
 }
 
-MarketEngine::Impl::Summary MarketEngine::Impl::Summarize(const std::vector<BookEntry>& b) const {
-  Summary s;
-  for (const BookEntry& e : b) {
-    if (e.flags) continue;
-    if (s.t1 == UINT32_MAX) {
-      s.p1 = e.price;
-      s.t1 = e.tenant;
-    } else if (e.tenant != s.t1) {
-      s.p2 = e.price;
-      break;
-    }
-  }
-  return s;
-}
-
 void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
   LZ_CHECK(!o.in_book);
   o.book_flags = flags;
@@ -176,7 +161,7 @@ void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
     o.in_book = true;
     return;
   }
-  Summary before = Summarize(books_[o.eff_scope.value]);
+  Summary before = books_.summary(o.eff_scope.value);
   EntryInsert(o);
   o.in_book = true;
   AfterBookChange(o.eff_scope, before);
@@ -200,7 +185,7 @@ void MarketEngine::Impl::BookErase(Order& o) {
     if (it != unmatchable_.end()) unmatchable_.erase(it);
     return;
   }
-  Summary before = Summarize(books_[o.eff_scope.value]);
+  Summary before = books_.summary(o.eff_scope.value);
   EntryErase(o);
   AfterBookChange(o.eff_scope, before);
 }
@@ -223,7 +208,7 @@ void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
     BookInsert(o, flags);
     return;
   }
-  Summary before = Summarize(books_[o.eff_scope.value]);
+  Summary before = books_.summary(o.eff_scope.value);
   EntryErase(o);
   o.effective = effective;
   o.seq = seq;
@@ -234,7 +219,7 @@ void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
 
 void MarketEngine::Impl::AfterBookChange(VertexId v, const Summary& before) {
   if (options_.price_events) TouchVertex(v);
-  if (Summarize(books_[v.value]) == before) return;
+  if (books_.summary(v.value) == before) return;
   // c(n) may have changed for held nodes below v: refresh their rates.
   EnsureIndex();
   const TypeIndex& ix = index_[V(v).type.value];
@@ -246,17 +231,15 @@ void MarketEngine::Impl::AfterBookChange(VertexId v, const Summary& before) {
 }
 
 // c(n): max of q(n) and resting single-node orders eligible for n (not the holder's).
+// Each ancestor's book offers the holder its summary's price (BookSummary::For):
+// the first resting entry of another tenant, without walking past the pending
+// and gang entries above it.
 Price MarketEngine::Impl::Competing(NodeId n) const {
   const NodeState& s = nodes_[n.value];
   Price c = ChallengerPrice(s);
   for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
     if (books_.top(v.value) <= c) continue;
-    for (const BookEntry& e : books_[v.value]) {
-      if (e.price <= c) break;
-      if (e.flags || e.tenant == s.holder.value) continue;
-      c = e.price;
-      break;
-    }
+    c = std::max(c, books_.summary(v.value).For(s.holder.value));
   }
   return c;
 }

@@ -104,6 +104,19 @@ inline bool BookLess(const BookEntry& a, const BookEntry& b) {
   return a.price != b.price ? a.price > b.price : a.seq < b.seq;
 }
 
+// The competing-demand summary of a book: what its resting single-node
+// orders (no pending or gang entries) offer a holder. A holder t pays at
+// least p1 if t != t1, else p2 (rule 3's c(n)); two summaries that are equal
+// offer every holder the same.
+struct BookSummary {
+  Price p1 = 0;
+  uint32_t t1 = UINT32_MAX;
+  Price p2 = 0;  // Best price of a tenant other than t1.
+  bool operator==(const BookSummary&) const = default;
+  // The best price this book offers against a holding of tenant `holder`; 0 if none.
+  Price For(uint32_t holder) const { return t1 != holder ? p1 : p2; }
+};
+
 // Per-vertex books, allocated only for vertices that ever had an order: most
 // vertices are leaves that never do, and an empty std::vector is 24 bytes.
 class BookTable {
@@ -115,11 +128,18 @@ class BookTable {
   size_t size() const { return index_.size(); }
   const std::vector<BookEntry>& operator[](uint32_t v) const {
     uint32_t i = index_[v];
-    return i == kNone ? kEmpty : pool_[i];
+    return i == kNone ? kEmpty : pool_[i].entries;
   }
   // The highest price of any entry at v, -1 if none: lets walks over a node's
   // ancestors skip books without touching them.
   Price top(uint32_t v) const { return top_[v]; }  // Sized with the vertices (Resize).
+  // The book's summary as of the last Retop(v) (issue 12): c(n) reads it for
+  // each ancestor instead of walking the pending entries above the best
+  // resting one, per held node re-rated.
+  const BookSummary& summary(uint32_t v) const {
+    uint32_t i = index_[v];
+    return i == kNone ? kNoSummary : pool_[i].summary;
+  }
   // A reference valid until the next Mutable call; call Retop(v) after changing it.
   std::vector<BookEntry>& Mutable(uint32_t v) {
     ++generation_;
@@ -127,17 +147,32 @@ class BookTable {
       index_[v] = static_cast<uint32_t>(pool_.size());
       pool_.emplace_back();
     }
-    return pool_[index_[v]];
+    return pool_[index_[v]].entries;
   }
   void Retop(uint32_t v) {
-    const auto& b = (*this)[v];
-    top_[v] = b.empty() ? -1 : b.front().price;
+    Book& b = pool_[index_[v]];
+    top_[v] = b.entries.empty() ? -1 : b.entries.front().price;
+    b.summary = Summarize(b.entries);
+  }
+  static BookSummary Summarize(const std::vector<BookEntry>& b) {
+    BookSummary s;
+    for (const BookEntry& e : b) {
+      if (e.flags) continue;
+      if (s.t1 == UINT32_MAX) {
+        s.p1 = e.price;
+        s.t1 = e.tenant;
+      } else if (e.tenant != s.t1) {
+        s.p2 = e.price;
+        break;
+      }
+    }
+    return s;
   }
   // Counts Mutable calls: a value read earlier still holds if it is unchanged.
   uint64_t generation() const { return generation_; }
   size_t total_entries() const {
     size_t n = 0;
-    for (const auto& b : pool_) n += b.size();
+    for (const auto& b : pool_) n += b.entries.size();
     return n;
   }
   void ShrinkToFit() {
@@ -147,11 +182,16 @@ class BookTable {
   }
 
  private:
+  struct Book {
+    std::vector<BookEntry> entries;
+    BookSummary summary;
+  };
   static constexpr uint32_t kNone = UINT32_MAX;
   static inline const std::vector<BookEntry> kEmpty{};
+  static inline const BookSummary kNoSummary{};
   std::vector<uint32_t> index_;
   std::vector<Price> top_;
-  std::vector<std::vector<BookEntry>> pool_;
+  std::vector<Book> pool_;
   uint64_t generation_ = 0;
 };
 
@@ -626,13 +666,7 @@ class MarketEngine::Impl {
   uint32_t SlotOf(const Order& o) const { return static_cast<uint32_t>(&o - orders_.data()); }
 
   // The competing-demand summary of a book for change detection.
-  struct Summary {
-    Price p1 = 0;
-    uint32_t t1 = UINT32_MAX;
-    Price p2 = 0;  // Best price of a tenant other than t1.
-    bool operator==(const Summary&) const = default;
-  };
-  Summary Summarize(const std::vector<BookEntry>& b) const;
+  using Summary = BookSummary;
   void BookInsert(Order& o, uint8_t flags);
   void EntryInsert(const Order& o);
   void EntryErase(const Order& o) {

@@ -49,7 +49,7 @@ bool MarketEngine::Impl::TrySingle(uint32_t slot) {
   // so c(n) does not dip in between (a dip would settle n at an unchanged
   // rate); other holdings below are refreshed once the contest is set.
   VertexId v = o.eff_scope;
-  Summary before = Summarize(books_[v.value]);
+  Summary before = books_.summary(v.value);
   if (o.in_book) EntryErase(o);  // Not in its book yet when just placed.
   o.state = OrderState::kPending;
   MutableCold(o).claims.push_back(n);
