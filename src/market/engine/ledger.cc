@@ -12,12 +12,24 @@ void MarketEngine::Impl::Settle(NodeId n) {
   NodeState& s = nodes_[n.value];
   if (!s.holder.valid() || now_ == s.acc_since) return;
   Tenant& t = tenants_[s.holder.value];
-  __int128 due = static_cast<__int128>(s.carry) + static_cast<__int128>(s.rate) * (now_ - s.acc_since);
-  Money whole = static_cast<Money>(due / kH);
-  int64_t carry = static_cast<int64_t>(due % kH);
+  Micros dt = now_ - s.acc_since;
+  Money whole;
+  int64_t carry;
+  // due = carry + rate x dt (>= 0), split into whole micro-units and the
+  // remainder: in 64 bits when it fits (issue 12: every settled re-rating
+  // paid two 128-bit library divisions), the same quotient and remainder.
+  int64_t due64;
+  if (!__builtin_mul_overflow(s.rate, dt, &due64) && !__builtin_add_overflow(due64, int64_t{s.carry}, &due64)) {
+    whole = due64 / kMicrosPerHour;
+    carry = due64 % kMicrosPerHour;
+  } else {
+    __int128 due = static_cast<__int128>(s.carry) + static_cast<__int128>(s.rate) * dt;
+    whole = static_cast<Money>(due / kH);
+    carry = static_cast<int64_t>(due % kH);
+  }
   // Aggregates: remove the old accrual term, add the new one.
   t.carry_sum += carry - s.carry;
-  t.rate_time_sum += static_cast<__int128>(s.rate) * (now_ - s.acc_since);
+  t.rate_time_sum += static_cast<__int128>(s.rate) * dt;
   s.carry = carry;
   Micros from = s.acc_since;
   s.acc_since = now_;
