@@ -51,8 +51,18 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   };
 
   // ---- market::EventSink ----
+  // Charges change nothing in the adapter (it only forwards them to the
+  // listener) and JobListener ignores them: costs come from the balances at
+  // the end. A full cluster settles many of them per engine call, so they are
+  // counted here and not queued (issue 12); the other events keep their order.
   void OnEvents(std::span<const market::Event> events) override {
-    pending_.insert(pending_.end(), events.begin(), events.end());
+    for (const market::Event& e : events) {
+      if (e.type == market::EventType::kCharged) {
+        ++result_.metrics.engine_events;
+      } else {
+        pending_.push_back(e);
+      }
+    }
   }
 
   void Drain() {
@@ -69,10 +79,6 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   }
 
   void Route(const market::Event& e, TenantId t) {
-    // Charges change nothing in the adapter (it only forwards them to the
-    // listener) and JobListener ignores them: costs come from the balances at
-    // the end. A full cluster settles many of them per engine call.
-    if (e.type == market::EventType::kCharged) return;
     if (!t.valid() || t.value >= job_of_tenant_.size()) return;
     int32_t job = job_of_tenant_[t.value];
     if (job < 0) return;
