@@ -1,4 +1,4 @@
-// `laissez replay` and `laissez explain`: the operation log's commands
+// `laissez replay`, `laissez explain` and `laissez gen-log`: the operation log's commands
 // (docs/OPLOG.md). Outputs depend only on the log, so the same log always gives
 // byte-identical files; timings go to stderr.
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "oplog/explain.h"
+#include "oplog/random_log.h"
 #include "oplog/replay.h"
 #include "tools/commands.h"
 
@@ -169,6 +170,54 @@ int RunExplain(const ExplainArgs& a) {
   return 0;
 }
 
+void RandomLogOptionsCli(CLI::App* cmd, oplog::RandomLogOptions* o) {
+  cmd->add_option("--seed", o->seed, "Seed: the same seed and options give the same log")->capture_default_str();
+  cmd->add_option("--operations", o->operations, "Calls after the setup (nodes and tenants)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{100000000}));
+  cmd->add_option("--nodes", o->nodes, "Nodes added at the start")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--tenants", o->tenants, "Tenants created at the start")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--operator-permille", o->operator_permille,
+                  "Operator calls (floors, maintenance, power caps, carbon, parameters), per mille of all calls")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--bad-permille", o->bad_permille, "Calls the engine must reject, per mille of all calls")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  cmd->add_flag("--adaptive-caps", o->adaptive_caps,
+                "Every other power cap and carbon policy adaptive, and live caps changed in place");
+}
+
+struct GenLogArgs {
+  oplog::RandomLogOptions options;
+  std::string out = "-";
+};
+
+// Writes the seeded generator's log (src/oplog/random_log.h): the logs the replay tests and
+// docs/PERFORMANCE.md's replay figures use, reproducible from the command line.
+int RunGenLog(const GenLogArgs& a) {
+  market::MarketEngine engine;
+  std::string text;
+  for (const oplog::LogRecord& r : oplog::DriveRandom(engine, a.options)) {
+    oplog::AppendOperation(r.op, r.created_id, &text);
+    text.push_back('\n');
+  }
+  std::FILE* f = OpenOut(a.out);
+  if (f == nullptr) {
+    std::cerr << "gen-log: --out: cannot open " << a.out << " (" << std::strerror(errno) << ")\n";
+    return 1;
+  }
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (f == stdout ? std::fflush(f) == 0 : std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::cerr << "gen-log: --out: write to " << a.out << " failed\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void RegisterOplogCommands(CLI::App& app, int* exit_code) {
@@ -200,6 +249,13 @@ void RegisterOplogCommands(CLI::App& app, int* exit_code) {
   explain->add_option("--as", ex->as, "Show only what this tenant (id or name) may see; rivals stay anonymous");
   explain->add_flag("--json", ex->json, "Print the account as one JSON document");
   explain->callback([ex, exit_code] { *exit_code = RunExplain(*ex); });
+
+  auto gen = std::make_shared<GenLogArgs>();
+  CLI::App* gen_log = app.add_subcommand(
+      "gen-log", "Write a seeded random operation log (bids, limits, operator calls, rejected calls) for replay");
+  RandomLogOptionsCli(gen_log, &gen->options);
+  gen_log->add_option("--out", gen->out, "Write the log here ('-': stdout)")->capture_default_str();
+  gen_log->callback([gen, exit_code] { *exit_code = RunGenLog(*gen); });
 }
 
 }  // namespace laissez::cli
