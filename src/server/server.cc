@@ -506,6 +506,7 @@ class Server::Services {
           broken_ = true;
           for (const Out& o : out_) outstanding_ -= o.updates;
           out_.clear();
+          DropParked();
         }
         if (out_.empty()) writing_ = false;
         else next = &out_.front().resp;
@@ -558,6 +559,16 @@ class Server::Services {
       };
 
       bool Fits(size_t n) const { return outstanding_ == 0 || outstanding_ + n <= kStreamWindow; }
+
+      // The client is gone (an ack's write failed): a parked message is
+      // dropped unapplied (nothing of it was acknowledged), and since no read
+      // is pending while one is parked, reading is over; otherwise the stream
+      // would wait for room forever and never finish. Under mu_.
+      void DropParked() {
+        if (!parked_) return;
+        parked_.reset();
+        reading_done_ = true;
+      }
 
       // Finishes once the client is done sending and every update it sent
       // was acknowledged (or dropped with the client): nothing refers to the
@@ -621,6 +632,7 @@ class Server::Services {
           std::unique_lock lock(mu_);
           if (broken_) {
             outstanding_ -= updates;
+            DropParked();
             FinishIfDone(lock);
             return;
           }

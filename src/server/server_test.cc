@@ -410,8 +410,10 @@ TEST_F(ServerFixture, StreamUpdatesBeyondTheWindowWaitAndLoseNoAck) {
   EXPECT_EQ(price(), 30 * kUnit);
 }
 
-// A client that goes away with updates in flight: the stream ends once the
-// acks still to come were dropped, and its slot is given back. Twice the
+// A client that goes away with updates in flight (one at a time, or whole
+// messages, one of them waiting for room in the window): the stream ends once
+// the acks still to come were dropped, and its slot is given back (a stream
+// that never ended would also hold up the fixture's server shutdown). Twice the
 // per-token bound of streams is opened and abandoned this way; a stream that
 // never ended would keep its slot, and the last stream would be refused.
 TEST_F(ServerFixture, StreamUpdatesAbandonedMidFlightGiveTheirSlotBack) {
@@ -429,8 +431,20 @@ TEST_F(ServerFixture, StreamUpdatesAbandonedMidFlightGiveTheirSlotBack) {
   for (int s = 0; s < 32; ++s) {
     auto ctx = Ctx(a_);
     auto stream = tenant_stub_->StreamUpdates(ctx.get());
-    for (uint64_t i = 0; i < 200; ++i) {
-      if (!stream->Write(update(i))) break;
+    if (s % 2 == 0) {
+      for (uint64_t i = 0; i < 200; ++i) {
+        if (!stream->Write(update(i))) break;
+      }
+    } else {
+      // Messages of 1,500 updates: the third does not fit the window beside
+      // the first two and is parked (reading pauses) when the client leaves;
+      // a parked message must not keep the stream from ending.
+      for (uint64_t m = 0; m < 4; ++m) {
+        pb::UpdateOrderRequest q;
+        q.set_tag(m);
+        for (uint64_t i = 0; i < 1500; ++i) *q.add_updates() = update(m * 1500 + i);
+        if (!stream->Write(q)) break;
+      }
     }
     ctx->TryCancel();
     (void)stream->Finish();
