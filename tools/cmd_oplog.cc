@@ -172,9 +172,10 @@ int RunExplain(const ExplainArgs& a) {
 
 void RandomLogOptionsCli(CLI::App* cmd, oplog::RandomLogOptions* o) {
   cmd->add_option("--seed", o->seed, "Seed: the same seed and options give the same log")->capture_default_str();
-  cmd->add_option("--operations", o->operations, "Calls after the setup (nodes and tenants)")
+  cmd->add_option("--operations", o->operations,
+                  "Calls after the setup (nodes and tenants); the log is built in memory, about 100 B a call")
       ->capture_default_str()
-      ->check(CLI::Range(size_t{0}, size_t{100000000}));
+      ->check(CLI::Range(size_t{0}, size_t{10000000}));
   cmd->add_option("--nodes", o->nodes, "Nodes added at the start")->capture_default_str()->check(CLI::Range(1, 1000000));
   cmd->add_option("--tenants", o->tenants, "Tenants created at the start")
       ->capture_default_str()

@@ -724,12 +724,6 @@ class MarketEngine::Impl {
   Money Accrued(const Tenant& t, Micros at) const;
   Money Available(const Tenant& t, Micros at) const { return t.balance - Accrued(t, at); }
 
-  // Upper bound of the accrued money at `at` from the aggregates, O(1):
-  // sum floor(a_i / kH) <= floor(sum a_i / kH).
-  __int128 AccruedUpperBound(const Tenant& t, Micros at) const {
-    return (t.carry_sum + t.rate_sum * at - t.rate_time_sum) / kH;
-  }
-
   // True if the available balance at `at` is <= `need`. O(1) and inline
   // unless the bound is too close to call, then exact over the tenant's
   // holdings (out of line).
@@ -845,9 +839,7 @@ class MarketEngine::Impl {
   }
   Price PolicyFloor(const Policy& p, NodeId n) const;
   Micros NoticedMaintStart(const Policy& p) const;
-  Micros MaintFor(NodeId n) const;
-  Price PolicyFloors(NodeId n, bool with_maintenance) const;
-  Price FloorBesideMaintenance(NodeId n) const { return PolicyFloors(n, /*with_maintenance=*/false); }
+  Price FloorBesideMaintenance(NodeId n) const;
 
   void RecomputeFloor(NodeId n);
 

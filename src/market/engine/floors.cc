@@ -59,21 +59,12 @@ Micros MarketEngine::Impl::NoticedMaintStart(const Policy& p) const {
   return p.maint_start;
 }
 
-// Maintenance start whose notice phase has begun for n, or kNever.
-Micros MarketEngine::Impl::MaintFor(NodeId n) const {
-  Micros best = kNever;
-  ForEachPolicyOn(n, [&](const Policy& p) {
-    if (p.alive) best = std::min(best, NoticedMaintStart(p));
-  });
-  return best;
-}
-
-// The maximum of the policy floors on n, without maintenance windows if
-// `with_maintenance` is false (for the `floor` reason inside a window).
-Price MarketEngine::Impl::PolicyFloors(NodeId n, bool with_maintenance) const {
+// The maximum of the policy floors on n other than maintenance windows (for
+// the `floor` reason inside a window).
+Price MarketEngine::Impl::FloorBesideMaintenance(NodeId n) const {
   Price f = 0;
   ForEachPolicyOn(n, [&](const Policy& p) {
-    if (!p.alive || (!with_maintenance && std::holds_alternative<MaintenanceSpec>(p.spec))) return;
+    if (!p.alive || std::holds_alternative<MaintenanceSpec>(p.spec)) return;
     f = std::max(f, PolicyFloor(p, n));
   });
   return f;
@@ -111,7 +102,8 @@ void MarketEngine::Impl::RecomputeFloorsUnder(const Policy& p) {
 void MarketEngine::Impl::RecomputeFloor(NodeId n) {
   NodeState& s = nodes_[n.value];
   if (!s.alive) return;
-  // PolicyFloors(n, true) and MaintFor(n) in one walk over the policies on n (issue 12).
+  // The maximum of the policy floors and the earliest noticed maintenance start on n, in one
+  // walk over the policies on n (issue 12).
   Price f = 0;
   Micros maint = kNever;
   ForEachPolicyOn(n, [&](const Policy& p) {

@@ -818,7 +818,11 @@ Status MarketEngine::Restore(std::string_view image) {
         unsigned __int128 hi = r.U();
         ix.key[i] = hi << 64 | r.U();
         ix.tree[ix.size + i] = static_cast<uint32_t>(i);
-        ix.free_tree[ix.size + i] = r.B() ? static_cast<uint32_t>(i) : UINT32_MAX;
+        bool free = r.B();
+        // RefreshNode trusts the key's held bit to skip the free-tree entry:
+        // a held leaf marked free would stay in the free tree for good.
+        if (free && ((ix.key[i] >> 63) & 1)) r.Fail("held leaf marked free");
+        ix.free_tree[ix.size + i] = free ? static_cast<uint32_t>(i) : UINT32_MAX;
       }
       for (uint32_t i = ix.size - 1; i >= 1; --i) {
         ix.tree[i] = m.Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
