@@ -1,4 +1,4 @@
-// The engine's 64-bit fast paths for the budget test and the exhaustion bound
+// The engine's 64-bit fast paths for the budget test, the exhaustion bound and Div128
 // (issue 12) against the 128-bit arithmetic they replace: the same answers
 // at and around the points where the 64-bit operands or products stop fitting.
 #include <gtest/gtest.h>
@@ -48,6 +48,15 @@ TEST(EngineArith, AccrualAtMatches128BitFormula) {
       t.rate_time_sum = rate_sum * 7;
       ASSERT_EQ(AccrualAt(t, at), t.carry_sum + t.rate_sum * at - t.rate_time_sum)
           << "rate_sum=" << static_cast<long double>(rate_sum) << " at=" << at;
+    }
+  }
+}
+
+TEST(EngineArith, Div128MatchesThe128BitQuotient) {
+  const std::vector<int64_t> divisors = {1, 2, 7, kMicrosPerSecond, kMicrosPerHour, INT64_MAX, -1, -7, INT64_MIN};
+  for (__int128 a : EdgeValues()) {
+    for (int64_t b : divisors) {
+      ASSERT_EQ(Div128(a, b), a / b) << "a=" << static_cast<long double>(a) << " b=" << b;
     }
   }
 }
