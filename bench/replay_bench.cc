@@ -28,7 +28,6 @@ const MixedLog& Log(int nodes, int tenants, size_t ops) {
   for (auto& [key, log] : cache) {
     if (key == std::make_tuple(nodes, tenants, ops)) return log;
   }
-  market::MarketEngine engine;
   RandomLogOptions o;
   o.seed = 42;
   o.operations = ops;
@@ -40,11 +39,7 @@ const MixedLog& Log(int nodes, int tenants, size_t ops) {
   o.operator_permille = 10;
   o.bad_permille = 10;
   MixedLog log;
-  for (const LogRecord& r : DriveRandom(engine, o)) {
-    AppendOperation(r.op, r.created_id, &log.text);
-    log.text.push_back('\n');
-    ++log.operations;
-  }
+  log.text = RandomLogText(o, &log.operations);
   cache.emplace_back(std::make_tuple(nodes, tenants, ops), std::move(log));
   return cache.back().second;
 }

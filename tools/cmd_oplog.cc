@@ -199,12 +199,7 @@ struct GenLogArgs {
 // Writes the seeded generator's log (src/oplog/random_log.h): the logs the replay tests and
 // docs/PERFORMANCE.md's replay figures use, reproducible from the command line.
 int RunGenLog(const GenLogArgs& a) {
-  market::MarketEngine engine;
-  std::string text;
-  for (const oplog::LogRecord& r : oplog::DriveRandom(engine, a.options)) {
-    oplog::AppendOperation(r.op, r.created_id, &text);
-    text.push_back('\n');
-  }
+  std::string text = oplog::RandomLogText(a.options);
   std::FILE* f = OpenOut(a.out);
   if (f == nullptr) {
     std::cerr << "gen-log: --out: cannot open " << a.out << " (" << std::strerror(errno) << ")\n";

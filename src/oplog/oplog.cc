@@ -995,16 +995,14 @@ void AppendEvent(const Event& e, std::string* out) {
   // replay's price changes come in bursts): its digits, the longest number of
   // most lines, are formatted once per time instead of once per line (issue 12).
   struct TimeDigits {
-    bool valid = false;
     int64_t time = 0;
-    char text[24];
-    size_t size = 0;
+    char text[24] = {'0'};
+    size_t size = 1;
   };
   thread_local TimeDigits last;
-  if (!last.valid || last.time != e.time) {
+  if (last.time != e.time) {
     last.size = static_cast<size_t>(std::to_chars(last.text, last.text + sizeof last.text, e.time).ptr - last.text);
     last.time = e.time;
-    last.valid = true;
   }
   EventLine w;
   w.Lit("{\"v\":1,\"t\":");

@@ -359,4 +359,17 @@ std::vector<LogRecord> DriveRandom(MarketEngine& engine, const RandomLogOptions&
   return Driver(engine, options).Run();
 }
 
+std::string RandomLogText(const RandomLogOptions& options, size_t* operations) {
+  market::MarketEngine engine;
+  std::string text;
+  size_t n = 0;
+  for (const LogRecord& r : DriveRandom(engine, options)) {
+    AppendOperation(r.op, r.created_id, &text);
+    text.push_back('\n');
+    ++n;
+  }
+  if (operations != nullptr) *operations = n;
+  return text;
+}
+
 }  // namespace laissez::oplog

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "market/market_engine.h"
@@ -40,5 +41,9 @@ struct RandomLogOptions {
 
 // Calls `engine` (which should be fresh) and returns the calls as log records.
 std::vector<LogRecord> DriveRandom(market::MarketEngine& engine, const RandomLogOptions& options);
+
+// The same calls against a fresh engine of its own, as the text of an
+// operation log (one line per call); `operations` gets the number of lines.
+std::string RandomLogText(const RandomLogOptions& options, size_t* operations = nullptr);
 
 }  // namespace laissez::oplog

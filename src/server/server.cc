@@ -508,8 +508,7 @@ class Server::Services {
           out_.clear();
           DropParked();
         }
-        if (out_.empty()) writing_ = false;
-        else next = &out_.front().resp;
+        if (!out_.empty()) next = &out_.front().resp;
         if (parked_ && Fits(parked_->items->size())) {
           resume = std::move(parked_);
           parked_.reset();
@@ -574,7 +573,7 @@ class Server::Services {
       // was acknowledged (or dropped with the client): nothing refers to the
       // reactor after that. Unlocks `lock`.
       void FinishIfDone(std::unique_lock<std::mutex>& lock) {
-        bool done = reading_done_ && outstanding_ == 0 && !writing_ && !parked_ && !finished_;
+        bool done = reading_done_ && outstanding_ == 0 && out_.empty() && !parked_ && !finished_;
         if (done) finished_ = true;
         lock.unlock();
         if (done) Finish(grpc::Status::OK);
@@ -637,8 +636,7 @@ class Server::Services {
             return;
           }
           out_.push_back(Out{std::move(a), updates});
-          if (writing_) return;
-          writing_ = true;
+          if (out_.size() > 1) return;  // A write is in flight; OnWriteDone starts this one.
           first = &out_.front().resp;
         }
         StartWrite(first);
@@ -655,7 +653,6 @@ class Server::Services {
       std::mutex mu_;
       size_t outstanding_ = 0;  // Updates received and not yet acknowledged on the wire.
       std::deque<Out> out_;     // Acks to write; the front one is being written.
-      bool writing_ = false;
       bool reading_done_ = false;
       bool broken_ = false;
       bool finished_ = false;
