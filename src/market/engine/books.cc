@@ -142,7 +142,7 @@ NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std
 
 // ---------------------------------------------------------------- books
 
-std::vector<BookEntry>::iterator MarketEngine::Impl::FindEntry(std::vector<BookEntry>& b, const Order& o) {
+BookEntry* MarketEngine::Impl::FindEntry(Book& b, const Order& o) {
   BookEntry key{o.effective, o.seq, 0, 0, 0};
   auto it = std::lower_bound(b.begin(), b.end(), key, BookLess);
   while (it != b.end() && it->price == o.effective && it->seq == o.seq) {

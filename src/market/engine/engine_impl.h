@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -117,8 +118,111 @@ struct BookSummary {
   Price For(uint32_t holder) const { return t1 != holder ? p1 : p2; }
 };
 
+// One vertex's book (issue 12): its entries, sorted, and its summary as of
+// the last Retop. The first entry lives inline, so a book with one order (a
+// rack's, typically) costs no allocation of its own; a second entry moves
+// them to the heap, where they stay until the book empties. 48 bytes, where
+// a std::vector header and the summary took 48 and a one-entry vector's
+// allocation 32 more.
+class Book {
+ public:
+  Book() {}
+  Book(const Book&) = delete;
+  Book& operator=(const Book&) = delete;
+  Book(Book&& o) noexcept { Take(o); }
+  Book& operator=(Book&& o) noexcept {
+    if (this != &o) {
+      Free();
+      Take(o);
+    }
+    return *this;
+  }
+  ~Book() { Free(); }
+
+  const BookEntry* begin() const { return data(); }
+  const BookEntry* end() const { return data() + size(); }
+  BookEntry* begin() { return data(); }
+  BookEntry* end() { return data() + size(); }
+  size_t size() const { return size_ & ~kOnHeap; }
+  bool empty() const { return size() == 0; }
+  const BookEntry& front() const { return *data(); }
+
+  // Inserts e before `pos` (a pointer into this book).
+  void insert(BookEntry* pos, const BookEntry& e) {
+    size_t i = static_cast<size_t>(pos - begin()), n = size();
+    if (n == capacity()) Reserve(n == 0 ? 1 : 2 * n);  // A vector's doubling.
+    BookEntry* d = data();
+    std::memmove(d + i + 1, d + i, (n - i) * sizeof(BookEntry));
+    d[i] = e;
+    size_ = static_cast<uint32_t>(n + 1) | (size_ & kOnHeap);
+  }
+  void erase(BookEntry* pos) {
+    size_t i = static_cast<size_t>(pos - begin()), n = size();
+    BookEntry* d = data();
+    std::memmove(d + i, d + i + 1, (n - i - 1) * sizeof(BookEntry));
+    size_ = static_cast<uint32_t>(n - 1) | (size_ & kOnHeap);
+    if (n == 1) Free();  // Empty: back to the inline entry.
+  }
+  // n value-initialized entries (a snapshot's restore fills them in).
+  void assign_empty(size_t n) {
+    Free();
+    if (n > 1) Reserve(n);
+    for (size_t i = 0; i < n; ++i) data()[i] = BookEntry{};
+    size_ = static_cast<uint32_t>(n) | (size_ & kOnHeap);
+  }
+
+  BookSummary summary() const { return BookSummary{p1_, t1_, p2_}; }
+  void set_summary(const BookSummary& s) {
+    p1_ = s.p1;
+    t1_ = s.t1;
+    p2_ = s.p2;
+  }
+
+ private:
+  static constexpr uint32_t kOnHeap = uint32_t{1} << 31;
+  struct Heap {
+    BookEntry* data;
+    size_t capacity;
+  };
+  bool on_heap() const { return (size_ & kOnHeap) != 0; }
+  size_t capacity() const { return on_heap() ? heap_.capacity : 1; }
+  BookEntry* data() { return on_heap() ? heap_.data : &one_; }
+  const BookEntry* data() const { return on_heap() ? heap_.data : &one_; }
+  void Reserve(size_t cap) {
+    LZ_CHECK(cap > 1);
+    auto* d = static_cast<BookEntry*>(std::malloc(cap * sizeof(BookEntry)));
+    LZ_CHECK(d != nullptr);
+    if (size()) std::memcpy(d, data(), size() * sizeof(BookEntry));
+    if (on_heap()) std::free(heap_.data);
+    heap_ = Heap{d, cap};
+    size_ |= kOnHeap;
+  }
+  // Drops every entry and the allocation, if any.
+  void Free() {
+    if (on_heap()) std::free(heap_.data);
+    size_ = 0;
+  }
+  void Take(Book& o) {
+    std::memcpy(static_cast<void*>(&one_), &o.one_, sizeof(one_));  // Either member.
+    size_ = o.size_;
+    p1_ = o.p1_;
+    t1_ = o.t1_;
+    p2_ = o.p2_;
+    o.size_ = 0;
+  }
+  union {
+    BookEntry one_{};
+    Heap heap_;
+  };
+  uint32_t size_ = 0;  // Entries; kOnHeap: they live in heap_.
+  uint32_t t1_ = UINT32_MAX;  // The summary, its fields packed around size_.
+  Price p1_ = 0;
+  Price p2_ = 0;
+};
+static_assert(sizeof(Book) == 48);
+
 // Per-vertex books, allocated only for vertices that ever had an order: most
-// vertices are leaves that never do, and an empty std::vector is 24 bytes.
+// vertices are leaves that never do.
 class BookTable {
  public:
   void Resize(size_t vertices) {
@@ -126,9 +230,9 @@ class BookTable {
     top_.resize(vertices, -1);
   }
   size_t size() const { return index_.size(); }
-  const std::vector<BookEntry>& operator[](uint32_t v) const {
+  const Book& operator[](uint32_t v) const {
     uint32_t i = index_[v];
-    return i == kNone ? kEmpty : pool_[i].entries;
+    return i == kNone ? kEmpty : pool_[i];
   }
   // The highest price of any entry at v, -1 if none: lets walks over a node's
   // ancestors skip books without touching them.
@@ -136,25 +240,28 @@ class BookTable {
   // The book's summary as of the last Retop(v) (issue 12): c(n) reads it for
   // each ancestor instead of walking the pending entries above the best
   // resting one, per held node re-rated.
-  const BookSummary& summary(uint32_t v) const {
+  BookSummary summary(uint32_t v) const {
     uint32_t i = index_[v];
-    return i == kNone ? kNoSummary : pool_[i].summary;
+    return i == kNone ? BookSummary{} : pool_[i].summary();
   }
   // A reference valid until the next Mutable call; call Retop(v) after changing it.
-  std::vector<BookEntry>& Mutable(uint32_t v) {
+  Book& Mutable(uint32_t v) {
     ++generation_;
     if (index_[v] == kNone) {
       index_[v] = static_cast<uint32_t>(pool_.size());
+      // Grow by a quarter, not doubling: most books are a rack's one entry,
+      // so the pool is most of what they cost (issue 12).
+      if (pool_.size() == pool_.capacity()) pool_.reserve(pool_.size() + pool_.size() / 4 + 16);
       pool_.emplace_back();
     }
-    return pool_[index_[v]].entries;
+    return pool_[index_[v]];
   }
   void Retop(uint32_t v) {
     Book& b = pool_[index_[v]];
-    top_[v] = b.entries.empty() ? -1 : b.entries.front().price;
-    b.summary = Summarize(b.entries);
+    top_[v] = b.empty() ? -1 : b.front().price;
+    b.set_summary(Summarize(b));
   }
-  static BookSummary Summarize(const std::vector<BookEntry>& b) {
+  static BookSummary Summarize(const Book& b) {
     BookSummary s;
     for (const BookEntry& e : b) {
       if (e.flags) continue;
@@ -172,7 +279,7 @@ class BookTable {
   uint64_t generation() const { return generation_; }
   size_t total_entries() const {
     size_t n = 0;
-    for (const auto& b : pool_) n += b.entries.size();
+    for (const auto& b : pool_) n += b.size();
     return n;
   }
   void ShrinkToFit() {
@@ -182,13 +289,8 @@ class BookTable {
   }
 
  private:
-  struct Book {
-    std::vector<BookEntry> entries;
-    BookSummary summary;
-  };
   static constexpr uint32_t kNone = UINT32_MAX;
-  static inline const std::vector<BookEntry> kEmpty{};
-  static inline const BookSummary kNoSummary{};
+  static inline const Book kEmpty{};
   std::vector<uint32_t> index_;
   std::vector<Price> top_;
   std::vector<Book> pool_;
@@ -662,7 +764,7 @@ class MarketEngine::Impl {
   NodeId BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude = nullptr);
 
   // ---------------------------------------------------------------- books (books.cc)
-  std::vector<BookEntry>::iterator FindEntry(std::vector<BookEntry>& b, const Order& o);
+  BookEntry* FindEntry(Book& b, const Order& o);
   uint32_t SlotOf(const Order& o) const { return static_cast<uint32_t>(&o - orders_.data()); }
 
   // The competing-demand summary of a book for change detection.

@@ -742,8 +742,13 @@ Status MarketEngine::Restore(std::string_view image) {
   size_t books = r.Count();
   for (size_t i = 0; i < books && r.ok(); ++i) {
     uint32_t v = r.Index(vertices, "book vertex");
-    auto& b = m.books_.Mutable(v);
-    b.resize(r.Count());
+    size_t entries = r.Count();
+    if (entries > kMaxOrderSlots) {
+      r.Fail("book at vertex " + Num(v) + ": " + Num(entries) + " entries, more than the order slots");
+      break;
+    }
+    Book& b = m.books_.Mutable(v);
+    b.assign_empty(entries);
     for (BookEntry& e : b) {
       e = Read<BookEntry>(r);
       if (e.slot >= m.orders_.size()) r.Fail("book entry slot out of range");
