@@ -242,5 +242,56 @@ TEST(Snapshot, CorruptTruncatedOrForeignImagesAreRefusedAndChangeNothing) {
   EXPECT_EQ(State(target), State(source));
 }
 
+// The placed price of an updated order lives in the order's rare fields
+// (issue 12); the image keeps it, and a negative one is refused by name.
+TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndANegativeOneIsRefused) {
+  MarketEngine source;
+  topology::NodeInfo info{"n0", "gpu", "eu", "eu-1", "r1", "k1", {}};
+  auto n = source.AddNode(0, info);
+  ASSERT_TRUE(n.ok());
+  // A second tenant holds the node above the order's price, so the order rests.
+  auto holder = source.CreateTenant(0, "h", int64_t{1} << 50);
+  auto bidder = source.CreateTenant(0, "b", int64_t{1} << 50);
+  ASSERT_TRUE(holder.ok() && bidder.ok());
+  VertexId leaf = source.topology().node(*n).leaf;
+  ASSERT_TRUE(source.PlaceOrder(1, *holder, OrderSpec{leaf, 5'000'000'000}).ok());
+  const Price placed = 987'654'321;
+  auto order = source.PlaceOrder(2, *bidder, OrderSpec{leaf, placed});
+  ASSERT_TRUE(order.ok());
+  ASSERT_TRUE(source.UpdateOrder(3, *bidder, *order, placed + 1000).ok());
+  std::string image = source.Snapshot();
+  MarketEngine restored;
+  ASSERT_TRUE(restored.Restore(image).ok());
+  EXPECT_EQ(restored.Snapshot(), image);
+
+  // The placed price is in the image (zigzag varint), as are the prices that
+  // equal it (the holding's rate, say): make each occurrence negative in
+  // turn, same length, checksum re-done; one of them is the placed price.
+  auto varint = [](int64_t v) {
+    uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+    std::string out;
+    for (; u >= 0x80; u >>= 7) out.push_back(static_cast<char>(u | 0x80));
+    out.push_back(static_cast<char>(u));
+    return out;
+  };
+  std::string want = varint(placed), negative = varint(-placed);
+  ASSERT_EQ(want.size(), negative.size());
+  int refused_by_name = 0;
+  for (size_t at = image.find(want, 20); at != std::string::npos; at = image.find(want, at + 1)) {
+    std::string bad = image.substr(0, image.size() - 8);
+    bad.replace(at, want.size(), negative);
+    uint64_t h = Fnv1a64(std::string_view(bad).substr(20));
+    for (int i = 0; i < 8; ++i) bad.push_back(static_cast<char>(h >> (8 * i)));
+    MarketEngine target;
+    std::string before = target.Snapshot();
+    Status st = target.Restore(bad);
+    if (st.message().find("placed price -987654321 is negative") == std::string::npos) continue;
+    ++refused_by_name;
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+    EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+  }
+  EXPECT_EQ(refused_by_name, 1);
+}
+
 }  // namespace
 }  // namespace laissez::oplog

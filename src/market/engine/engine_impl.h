@@ -333,6 +333,10 @@ static_assert(sizeof(NodeState) <= 88, "the node state is meant to stay compact 
 // an order that uses none of them has only the compact record below. Absent
 // means every field at its default.
 struct OrderCold {
+  // OrderSpec::price as placed, recorded when an update first moves the
+  // requested price away from it; -1: the requested price still is the
+  // placed one. Only the snapshot reads it (issue 12).
+  Price placed = -1;
   NodeId rel_to;            // OrderSpec::rel_to.
   LocationId locality_loc;  // The anchor's location at the locality level (invalid: none).
   Price clip_step = 0;
@@ -342,12 +346,12 @@ struct OrderCold {
   bool operator==(const OrderCold&) const = default;
 };
 
-// An order's hot record: the OrderSpec's fields but rel_to inline, the rest
-// in OrderCold. Fields are ordered so that they pack without padding.
+// An order's hot record: the OrderSpec's fields but rel_to and the placed
+// price inline, the rest in OrderCold. Fields are ordered so that they pack
+// without padding.
 struct Order {
   OrderId id;
-  Price price = 0;  // OrderSpec::price as placed; `requested` follows updates.
-  Price requested = 0;
+  Price requested = 0;  // OrderSpec::price as placed, then as updated (OrderCold::placed).
   Price effective = 0;
   uint64_t seq = 0;
   TenantId tenant;
@@ -366,7 +370,7 @@ struct Order {
   uint32_t filled() const { return state == OrderState::kFilled ? count : 0; }
   uint32_t remaining() const { return count - filled(); }
 };
-static_assert(sizeof(Order) <= 64, "the order record is meant to stay compact (issue 12)");
+static_assert(sizeof(Order) <= 56, "the order record is meant to stay compact (issue 12)");
 
 // Live orders by id (issue 12): an open-addressing table of order slots with
 // linear probing, hashed by id and compared through the slot's record, so a

@@ -193,7 +193,6 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   o = Order();
   o.id = OrderId(next_order_id_++);
   o.tenant = tid;
-  o.price = spec.price;
   o.scope = spec.scope;
   o.count = spec.count;
   o.locality = spec.locality;
@@ -268,6 +267,8 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
   t.committed = static_cast<Price>(t.committed + add_rate);
   t.committed_need = static_cast<Money>(t.committed_need + add_need);
+  // The first move away from the placed price keeps it for the snapshot.
+  if (price != o.requested && Cold(o).placed < 0) MutableCold(o).placed = o.requested;
   if (price > o.requested) {
     o.requested = price;
     Price before = o.effective;

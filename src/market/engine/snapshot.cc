@@ -289,7 +289,8 @@ void OrderFields(V& v, O& o, C& c) {
   v.F(o.id);
   v.F(o.tenant);
   v.F(o.scope);  // The OrderSpec: scope, price, count, locality, rel_to.
-  v.F(o.price);
+  Price placed = c.placed >= 0 ? c.placed : o.requested;  // Read: set below, once `requested` is known.
+  v.F(placed);
   v.F(o.count);
   v.F(o.locality);
   v.F(c.rel_to);
@@ -312,6 +313,10 @@ void OrderFields(V& v, O& o, C& c) {
   v.F(o.book_flags);
   v.F(c.claims);
   v.F(o.alive);
+  if constexpr (!std::is_const_v<O>) {
+    if (placed < 0) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + " is negative");
+    c.placed = placed != o.requested ? placed : -1;
+  }
 }
 
 template <typename V, typename T>
