@@ -11,7 +11,11 @@
 namespace laissez::market::engine_internal {
 namespace {
 
-BookEntry Entry(uint64_t seq) { return BookEntry{static_cast<Price>(seq * 7 % 13), seq, static_cast<uint32_t>(seq % 1000), 0, 3}; }
+// Some entries flagged (pending or gang) and tenants repeating, so summaries vary.
+BookEntry Entry(uint64_t seq) {
+  return BookEntry{static_cast<Price>(seq * 7 % 13), seq, static_cast<uint32_t>(seq % 1000),
+                   static_cast<uint32_t>(seq % 5 == 0 ? kFlagPending : 0), static_cast<uint32_t>(seq % 3)};
+}
 
 void ExpectSame(const Book& b, const std::vector<BookEntry>& want) {
   ASSERT_EQ(b.size(), want.size());
@@ -42,6 +46,9 @@ TEST(BookEntries, MatchesAVectorThroughRandomInsertsAndErases) {
       want.erase(want.begin() + static_cast<ptrdiff_t>(at));
     }
     ASSERT_NO_FATAL_FAILURE(ExpectSame(b, want)) << "step " << step;
+    // As BookTable::Retop does after every change: the summary read back is Summarize's.
+    b.set_summary(BookTable::Summarize(b));
+    ASSERT_EQ(b.summary(), BookTable::Summarize(b)) << "step " << step << ", " << want.size() << " entries";
     if (step % 97 == 0) {  // Moves keep the entries and leave the source empty.
       Book moved(std::move(b));
       ASSERT_NO_FATAL_FAILURE(ExpectSame(moved, want));
@@ -51,17 +58,34 @@ TEST(BookEntries, MatchesAVectorThroughRandomInsertsAndErases) {
   }
 }
 
-TEST(BookEntries, SummaryAndAssignEmpty) {
+TEST(BookEntries, SummaryOfAnInlineEntryIsDerivedAndAHeapOneStored) {
   Book b;
-  b.set_summary(BookSummary{5, 2, 3});
-  EXPECT_EQ(b.summary(), (BookSummary{5, 2, 3}));
-  for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{9}, size_t{1}}) {
+  EXPECT_EQ(b.summary(), BookSummary{});
+  BookEntry e{40, 1, 7, 0, 2};
+  b.insert(b.begin(), e);
+  EXPECT_EQ(b.summary(), (BookSummary{40, 2, 0}));  // Derived: nothing to store.
+  b.begin()->flags = kFlagPending;
+  EXPECT_EQ(b.summary(), BookSummary{});  // A pending entry is no resting demand.
+  b.begin()->flags = 0;
+  b.insert(b.end(), BookEntry{30, 2, 8, 0, 3});  // To the heap, the summary carried along.
+  EXPECT_EQ(b.summary(), (BookSummary{40, 2, 0}));
+  b.set_summary(BookSummary{40, 2, 30});
+  b.erase(b.begin());  // Still on the heap with one entry: stored until the next set_summary.
+  EXPECT_EQ(b.summary(), (BookSummary{40, 2, 30}));
+  Book moved(std::move(b));
+  EXPECT_EQ(moved.summary(), (BookSummary{40, 2, 30}));
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.summary(), BookSummary{});
+}
+
+TEST(BookEntries, AssignEmpty) {
+  Book b;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{9}, size_t{1}, size_t{0}}) {
     b.assign_empty(n);
     ASSERT_EQ(b.size(), n);
     for (BookEntry& e : b) e = Entry(n);
     for (const BookEntry& e : b) EXPECT_EQ(e.seq, n);
   }
-  EXPECT_EQ(b.summary(), (BookSummary{5, 2, 3}));  // The entries' storage does not touch the summary.
 }
 
 }  // namespace

@@ -120,10 +120,11 @@ struct BookSummary {
 
 // One vertex's book (issue 12): its entries, sorted, and its summary as of
 // the last Retop. The first entry lives inline, so a book with one order (a
-// rack's, typically) costs no allocation of its own; a second entry moves
-// them to the heap, where they stay until the book empties. 48 bytes, where
-// a std::vector header and the summary took 48 and a one-entry vector's
-// allocation 32 more.
+// rack's, typically) costs no allocation of its own, and its summary is
+// derived from that entry; a second entry moves the entries to the heap,
+// behind a header with the stored summary, until the book empties. 32
+// bytes, where a std::vector header and the summary took 48 and a one-entry
+// vector's allocation 32 more.
 class Book {
  public:
   Book() {}
@@ -171,55 +172,58 @@ class Book {
     size_ = static_cast<uint32_t>(n) | (size_ & kOnHeap);
   }
 
-  BookSummary summary() const { return BookSummary{p1_, t1_, p2_}; }
+  // What BookTable::Summarize gave at the last set_summary: stored for a
+  // book on the heap; for an inline one, what Summarize gives for its entry.
+  BookSummary summary() const {
+    if (on_heap()) return heap_->summary;
+    if (size_ == 0 || one_.flags) return BookSummary{};
+    return BookSummary{one_.price, one_.tenant, 0};
+  }
   void set_summary(const BookSummary& s) {
-    p1_ = s.p1;
-    t1_ = s.t1;
-    p2_ = s.p2;
+    if (on_heap()) heap_->summary = s;
   }
 
  private:
   static constexpr uint32_t kOnHeap = uint32_t{1} << 31;
+  // The heap block: this header, then `capacity` entries.
   struct Heap {
-    BookEntry* data;
+    BookSummary summary;
     size_t capacity;
+    BookEntry* entries() { return reinterpret_cast<BookEntry*>(this + 1); }
   };
+  static_assert(sizeof(Heap) % alignof(BookEntry) == 0);
   bool on_heap() const { return (size_ & kOnHeap) != 0; }
-  size_t capacity() const { return on_heap() ? heap_.capacity : 1; }
-  BookEntry* data() { return on_heap() ? heap_.data : &one_; }
-  const BookEntry* data() const { return on_heap() ? heap_.data : &one_; }
+  size_t capacity() const { return on_heap() ? heap_->capacity : 1; }
+  BookEntry* data() { return on_heap() ? heap_->entries() : &one_; }
+  const BookEntry* data() const { return on_heap() ? heap_->entries() : &one_; }
   void Reserve(size_t cap) {
     LZ_CHECK(cap > 1);
-    auto* d = static_cast<BookEntry*>(std::malloc(cap * sizeof(BookEntry)));
-    LZ_CHECK(d != nullptr);
-    if (size()) std::memcpy(d, data(), size() * sizeof(BookEntry));
-    if (on_heap()) std::free(heap_.data);
-    heap_ = Heap{d, cap};
+    auto* h = static_cast<Heap*>(std::malloc(sizeof(Heap) + cap * sizeof(BookEntry)));
+    LZ_CHECK(h != nullptr);
+    h->summary = summary();
+    h->capacity = cap;
+    if (size()) std::memcpy(static_cast<void*>(h->entries()), data(), size() * sizeof(BookEntry));
+    if (on_heap()) std::free(heap_);
+    heap_ = h;
     size_ |= kOnHeap;
   }
   // Drops every entry and the allocation, if any.
   void Free() {
-    if (on_heap()) std::free(heap_.data);
+    if (on_heap()) std::free(heap_);
     size_ = 0;
   }
   void Take(Book& o) {
     std::memcpy(static_cast<void*>(&one_), &o.one_, sizeof(one_));  // Either member.
     size_ = o.size_;
-    p1_ = o.p1_;
-    t1_ = o.t1_;
-    p2_ = o.p2_;
     o.size_ = 0;
   }
   union {
     BookEntry one_{};
-    Heap heap_;
+    Heap* heap_;
   };
   uint32_t size_ = 0;  // Entries; kOnHeap: they live in heap_.
-  uint32_t t1_ = UINT32_MAX;  // The summary, its fields packed around size_.
-  Price p1_ = 0;
-  Price p2_ = 0;
 };
-static_assert(sizeof(Book) == 48);
+static_assert(sizeof(Book) == 32);
 
 // Per-vertex books, allocated only for vertices that ever had an order: most
 // vertices are leaves that never do.
