@@ -151,7 +151,7 @@ class Book {
   // Inserts e before `pos` (a pointer into this book).
   void insert(BookEntry* pos, const BookEntry& e) {
     size_t i = static_cast<size_t>(pos - begin()), n = size();
-    if (n == capacity()) Reserve(n == 0 ? 1 : 2 * n);  // A vector's doubling.
+    if (n == capacity()) Reserve(2 * n);  // Full (inline: one entry): a vector's doubling.
     BookEntry* d = data();
     std::memmove(d + i + 1, d + i, (n - i) * sizeof(BookEntry));
     d[i] = e;
