@@ -201,14 +201,20 @@ class Server::Services {
   grpc::Status Call(const char* method, ServerContext* ctx, Need need, F&& body) {
     auto t0 = std::chrono::steady_clock::now();
     Status st = [&]() -> Status {
-      LZ_ASSIGN_OR_RETURN(Principal p, Authenticate(ctx));
-      LZ_RETURN_IF_ERROR(Authorize(p, need));
-      LZ_RETURN_IF_ERROR(Limit(p));
+      LZ_ASSIGN_OR_RETURN(Principal p, Admit(ctx, need));
       return body(p);
     }();
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
     Stats(method)->Observe(static_cast<int>(st.code()), us);
     return ToGrpc(st);
+  }
+
+  // Authenticates, authorizes and rate-limits a call.
+  Result<Principal> Admit(grpc::ServerContextBase* ctx, Need need) {
+    LZ_ASSIGN_OR_RETURN(Principal p, Authenticate(ctx));
+    LZ_RETURN_IF_ERROR(Authorize(p, need));
+    LZ_RETURN_IF_ERROR(Limit(p));
+    return p;
   }
 
   Result<Principal> Authenticate(grpc::ServerContextBase* ctx) const {
@@ -341,7 +347,9 @@ class Server::Services {
   }
 
   // ---- Tenant service ----
-  class Tenant final : public pb::TenantService::WithCallbackMethod_StreamUpdates<pb::TenantService::Service> {
+  class Tenant final
+      : public pb::TenantService::WithCallbackMethod_UpdateOrder<
+            pb::TenantService::WithCallbackMethod_StreamUpdates<pb::TenantService::Service>> {
    public:
     explicit Tenant(Services* s) : s_(s), sweeper_([this] { SweepRevoked(); }) {}
     ~Tenant() {
@@ -391,13 +399,49 @@ class Server::Services {
       return w.Apply(market::OpUpdateOrder{p.tenant, OrderId(order), price}).status;
     }
 
-    grpc::Status UpdateOrder(ServerContext* c, const pb::UpdateOrderRequest* q, pb::UpdateOrderResponse* r) override {
-      return s_->Call("UpdateOrder", c, Need::kTenant, [&](const Principal& p) -> Status {
-        if (q->updates_size() > 0) return InvalidArgument("updates: only StreamUpdates takes several updates per message");
-        LZ_RETURN_IF_ERROR(CheckPrice(q->price(), "price"));
-        r->set_tag(q->tag());
-        return s_->ExecStatus(p, [&](WriterContext& w) { return Update(w, p, q->order(), q->price()); });
-      });
+    // UpdateOrder runs on gRPC's callback API like StreamUpdates: the request
+    // is queued from gRPC's thread and the committer finishes the call once
+    // the update is durable. A synchronous handler here left the server mixed
+    // (synchronous and callback), and a unary update then waited about 100 ms
+    // now and then (a p999 of ~100 ms, issue 12): gRPC 1.51's callback
+    // threads, idle for a second while only synchronous calls ran, sleep
+    // 100 ms and starve the polling meanwhile.
+    grpc::ServerUnaryReactor* UpdateOrder(grpc::CallbackServerContext* c, const pb::UpdateOrderRequest* q,
+                                          pb::UpdateOrderResponse* r) override {
+      grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+      auto t0 = std::chrono::steady_clock::now();
+      MethodStats* stats = s_->Stats("UpdateOrder");
+      auto finish = [reactor, t0, stats](const Status& st) {
+        auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+        stats->Observe(static_cast<int>(st.code()), us);
+        reactor->Finish(ToGrpc(st));
+      };
+      Result<Principal> admitted = s_->Admit(c, Need::kTenant);
+      Status edge = admitted.status();
+      if (edge.ok() && q->updates_size() > 0) {
+        edge = InvalidArgument("updates: only StreamUpdates takes several updates per message");
+      }
+      if (edge.ok()) edge = CheckPrice(q->price(), "price");
+      if (!edge.ok()) {
+        finish(edge);
+        return reactor;
+      }
+      r->set_tag(q->tag());
+      // Set on the writer thread; read by the committer after the commit.
+      auto result = std::make_shared<std::optional<Status>>();
+      Principal p = *std::move(admitted);
+      std::string actor = p.Actor();
+      s_->s_->core_->Submit(
+          std::move(actor),
+          [this, result, p = std::move(p), order = q->order(), price = q->price()](WriterContext& w) {
+            Status token = s_->s_->tokens_.Recheck(p);
+            *result = token.ok() ? Update(w, p, order, price) : token;
+          },
+          [result, finish](const Status& durable) {
+            if (!durable.ok()) return finish(durable);
+            finish(result->has_value() ? **result : Unavailable("server: stopping"));
+          });
+      return reactor;
     }
 
     // The most updates a StreamUpdates stream has unacknowledged (and the most
