@@ -785,12 +785,37 @@ void MarketCore::RunBatch(std::vector<Command>& cmds) {
   metrics_->journal_seq.store(static_cast<int64_t>(next_seq_ - 1), std::memory_order_relaxed);
   pending_->last_seq = next_seq_ - 1;
 
-  std::unique_ptr<Pending> p = std::move(pending_);
+  HandOff(std::move(pending_), /*wait_for_room=*/true);
+}
+
+void MarketCore::HandOff(std::unique_ptr<Pending> p, bool wait_for_room) {
+  // Commands already waiting: the committer commits this batch while the
+  // writer applies them (the overlap of a group commit). Nothing waiting:
+  // the writer commits the batch itself, one thread wake-up fewer on the way
+  // to the acks. Either way batches commit in order: the writer commits only
+  // when the committer has nothing queued or in hand.
+  bool waiting;
+  {
+    std::lock_guard lock(queue_mu_);
+    waiting = !queue_.empty();
+  }
   std::unique_lock lock(commit_mu_);
-  commit_space_.wait(lock, [&] { return uncommitted_records_ < options_.max_uncommitted || failed_.load(); });
+  if (wait_for_room) {
+    commit_space_.wait(lock, [&] { return uncommitted_records_ < options_.max_uncommitted || failed_.load(); });
+  }
   uncommitted_records_ += p->batch.journal.size();
-  commit_queue_.push_back(std::move(p));
-  commit_cv_.notify_one();
+  if (waiting || committing_ || !commit_queue_.empty()) {
+    commit_queue_.push_back(std::move(p));
+    commit_cv_.notify_one();
+    return;
+  }
+  committing_ = true;
+  lock.unlock();
+  std::vector<std::unique_ptr<Pending>> work;
+  work.push_back(std::move(p));
+  CommitWork(work);
+  lock.lock();
+  committing_ = false;
 }
 
 void MarketCore::WriterLoop() {
@@ -830,13 +855,7 @@ void MarketCore::WriterLoop() {
         pending_.reset();
         continue;
       }
-      std::vector<Command> none;
-      // Hand the advance to the committer through the normal path.
-      std::unique_ptr<Pending> p = std::move(pending_);
-      std::unique_lock lock(commit_mu_);
-      uncommitted_records_ += p->batch.journal.size();
-      commit_queue_.push_back(std::move(p));
-      commit_cv_.notify_one();
+      HandOff(std::move(pending_), /*wait_for_room=*/false);
       continue;
     }
     RunBatch(cmds);
@@ -866,54 +885,61 @@ void MarketCore::CommitterLoop() {
         work.push_back(std::move(commit_queue_.front()));
         commit_queue_.pop_front();
       }
+      committing_ = true;
     }
-    // One transaction for everything queued: group commit.
-    Batch merged;
-    size_t records = 0;
+    CommitWork(work);
+    std::lock_guard lock(commit_mu_);
+    committing_ = false;
+  }
+}
+
+void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
+  // One transaction for everything queued: group commit.
+  Batch merged;
+  size_t records = 0;
+  for (auto& p : work) {
+    records += p->batch.journal.size();
+    if (work.size() == 1) {
+      merged = std::move(p->batch);
+      break;
+    }
+    for (auto& r : p->batch.journal) merged.journal.push_back(std::move(r));
+    for (auto& t : p->batch.tokens) merged.tokens.push_back(std::move(t));
+  }
+  Status st = failed_.load() ? Unavailable(FailedMessage()) : Status::Ok();
+  if (st.ok() && !merged.empty()) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status c = store_->Commit(merged);
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    metrics_->commits.fetch_add(1, std::memory_order_relaxed);
+    metrics_->committed_records.fetch_add(records, std::memory_order_relaxed);
+    metrics_->commit_us_sum.fetch_add(us, std::memory_order_relaxed);
+    if (!c.ok()) {
+      FailAll(c);
+      st = Unavailable("server: the store failed (" + c.message() + "); the request was not made durable");
+    }
+  }
+  {
+    std::lock_guard lock(commit_mu_);
+    uncommitted_records_ -= records;
+    commit_space_.notify_all();
+  }
+  for (auto& p : work) {
+    for (auto& d : p->dones) d(st);
+  }
+  if (st.ok()) {
+    // Ring and subscriptions under one lock, so a subscription that resumes
+    // sees each event exactly once: from the ring or live.
+    std::lock_guard lock(subs_mu_);
     for (auto& p : work) {
-      records += p->batch.journal.size();
-      if (work.size() == 1) {
-        merged = std::move(p->batch);
-        break;
-      }
-      for (auto& r : p->batch.journal) merged.journal.push_back(std::move(r));
-      for (auto& t : p->batch.tokens) merged.tokens.push_back(std::move(t));
-    }
-    Status st = failed_.load() ? Unavailable(FailedMessage()) : Status::Ok();
-    if (st.ok() && !merged.empty()) {
-      auto t0 = std::chrono::steady_clock::now();
-      Status c = store_->Commit(merged);
-      auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-      metrics_->commits.fetch_add(1, std::memory_order_relaxed);
-      metrics_->committed_records.fetch_add(records, std::memory_order_relaxed);
-      metrics_->commit_us_sum.fetch_add(us, std::memory_order_relaxed);
-      if (!c.ok()) {
-        FailAll(c);
-        st = Unavailable("server: the store failed (" + c.message() + "); the request was not made durable");
-      }
-    }
-    {
-      std::lock_guard lock(commit_mu_);
-      uncommitted_records_ -= records;
-      commit_space_.notify_all();
-    }
-    for (auto& p : work) {
-      for (auto& d : p->dones) d(st);
-    }
-    if (st.ok()) {
-      // Ring and subscriptions under one lock, so a subscription that resumes
-      // sees each event exactly once: from the ring or live.
-      std::lock_guard lock(subs_mu_);
-      for (auto& p : work) {
-        for (WireEvent& e : p->events) {
-          for (auto& s : subs_) {
-            if (s->Wants(e)) s->Push(e);
-          }
-          PushRing(std::move(e));
+      for (WireEvent& e : p->events) {
+        for (auto& s : subs_) {
+          if (s->Wants(e)) s->Push(e);
         }
-        if (p->last_seq > 0) delivered_ = std::max(delivered_, EventPos::AllOf(p->last_seq));
-        if (options_.event_ring == 0) ring_floor_ = delivered_;
+        PushRing(std::move(e));
       }
+      if (p->last_seq > 0) delivered_ = std::max(delivered_, EventPos::AllOf(p->last_seq));
+      if (options_.event_ring == 0) ring_floor_ = delivered_;
     }
   }
 }

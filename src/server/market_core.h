@@ -4,12 +4,15 @@
 // Request threads call Submit (or Execute) with a closure; the writer thread
 // runs closures in arrival order against the engine at the current wall-clock
 // time, each mutation through WriterContext::Apply, which journals the applied
-// operation (docs/OPLOG.md format). After a batch of closures, the writer hands
-// the batch's journal records, token changes, completions and events to the
-// committer thread, which commits them to the store in one transaction (group
-// commit, while the writer carries on with the next batch) and only then runs
-// the completions and delivers the events to watchers. So nothing is
-// acknowledged, and no reader sees anything, before it is durable.
+// operation (docs/OPLOG.md format). After a batch of closures, the batch's
+// journal records, token changes, completions and events are committed to the
+// store in one transaction, and only then are the completions run and the
+// events delivered to watchers. So nothing is acknowledged, and no reader sees
+// anything, before it is durable. Who commits: if more commands are already
+// waiting, or the committer thread is busy, the batch goes to the committer
+// thread (group commit, while the writer carries on with the next batch);
+// otherwise the writer commits it itself, which spares an ack one thread
+// wake-up. Batches commit in apply order either way.
 //
 // Time: wall-clock microseconds since the Unix epoch are the engine's time.
 // Every time advance is journaled (as an `advance` operation), so replaying the
@@ -196,9 +199,10 @@ class MarketCore {
 
   using Work = std::function<void(WriterContext&)>;
   using Done = std::function<void(const Status& durable)>;
-  // Queues `work` for the writer thread; `done` runs on the committer thread
-  // once everything `work` journaled is durable (OK), or with UNAVAILABLE if
-  // the core stopped or failed. `done` must be quick and must not Submit.
+  // Queues `work` for the writer thread; `done` runs on the committer or the
+  // writer thread once everything `work` journaled is durable (OK), or with
+  // UNAVAILABLE if the core stopped or failed. `done` must be quick and must
+  // not Submit.
   void Submit(std::string actor, Work work, Done done);
 
   // Runs `work` on the writer thread and waits until it is durable. `work`'s
@@ -259,6 +263,13 @@ class MarketCore {
   void WriterLoop();
   void CommitterLoop();
   void RunBatch(std::vector<Command>& cmds);
+  // Writer thread: commits a finished batch, itself or through the committer
+  // (see the top of this file). `wait_for_room`: first wait until fewer than
+  // max_uncommitted records are uncommitted.
+  void HandOff(std::unique_ptr<Pending> p, bool wait_for_room);
+  // Commits `work` in one transaction, then runs its completions and delivers
+  // its events. On one thread at a time (committing_), in batch order.
+  void CommitWork(std::vector<std::unique_ptr<Pending>>& work);
   // Journals the batch's time advance the first time a command of the batch
   // mutates the market, so reads and calls rejected at the edge journal nothing.
   void AdvanceForMutation();
@@ -334,6 +345,7 @@ class MarketCore {
   std::deque<std::unique_ptr<Pending>> commit_queue_;
   size_t uncommitted_records_ = 0;
   bool writer_done_ = false;
+  bool committing_ = false;  // A CommitWork is running (committer or writer).
 
   std::mutex subs_mu_;
   std::vector<std::shared_ptr<Subscription>> subs_;
