@@ -126,6 +126,10 @@ class SqliteStore final : public Store {
         "INSERT OR IGNORE INTO meta(key, value) VALUES('format', 'laissez-journal-v1');"
         "INSERT OR IGNORE INTO meta(key, value) VALUES('commits', '0');";
     LZ_RETURN_IF_ERROR(Exec(schema));
+    // Our hook replaces SQLite's automatic checkpoint (which would run inside
+    // the commit that crosses 1,000 pages, and every ack of that commit would
+    // wait for it); AfterCommit checkpoints instead.
+    sqlite3_wal_hook(db_, &SqliteStore::WalHook, this);
     // journal_mode=WAL answers with a row; check it took effect (not on :memory:).
     LZ_RETURN_IF_ERROR(Prepare("INSERT INTO journal(seq, actor, line) VALUES(?, ?, ?)", &insert_journal_));
     LZ_RETURN_IF_ERROR(Prepare(
@@ -215,6 +219,20 @@ class SqliteStore final : public Store {
     }
     // Before the caller acknowledges anything of this batch.
     return WriteSidecar(/*create=*/false);
+  }
+
+  Status AfterCommit(bool idle) override {
+    std::lock_guard lock(mu_);
+    if (wal_pages_ < kCheckpointPages || (!idle && wal_pages_ < 4 * kCheckpointPages)) return Status::Ok();
+    // PASSIVE on the committing connection, between commits: no frame is
+    // being added, so (with no reader in another process) it copies every
+    // frame, and the next commit starts the log over from its beginning.
+    int log = 0, copied = 0;
+    if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied) != SQLITE_OK) {
+      return Error("checkpoint");
+    }
+    wal_pages_ = log - copied;
+    return Status::Ok();
   }
 
   Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) override {
@@ -332,6 +350,11 @@ class SqliteStore final : public Store {
     return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, col)))
              : std::string();
   }
+  // After every commit (inside it): the write-ahead log's length in pages.
+  static int WalHook(void* self, sqlite3*, const char*, int pages) {
+    static_cast<SqliteStore*>(self)->wal_pages_ = pages;
+    return SQLITE_OK;
+  }
   static JournalRecord RowToRecord(sqlite3_stmt* s) {
     return JournalRecord{static_cast<uint64_t>(sqlite3_column_int64(s, 0)), Text(s, 1), Text(s, 2)};
   }
@@ -437,6 +460,7 @@ class SqliteStore final : public Store {
   std::string identity_, pending_identity_;
   uint64_t last_seq_ = 0, commits_ = 0;
   int sidecar_fd_ = -1;
+  int wal_pages_ = 0;  // Under mu_ (WalHook runs inside Commit).
 };
 
 }  // namespace

@@ -93,6 +93,18 @@ class Store {
   // with the same identity and admin token; "" otherwise.
   virtual std::string PendingIdentity() const { return {}; }
 
+  // Housekeeping after a commit whose acknowledgements have left, so that no
+  // acknowledgement waits for it; `idle`: no commands are waiting. SQLite
+  // copies its write-ahead log into the database once the log holds
+  // kCheckpointPages pages (and then starts it over), when idle, or at four
+  // times that even under load (docs/SERVER.md, "Durability: WAL checkpoints
+  // after the replies"). Called by one committing thread at a time. Default:
+  // nothing.
+  virtual Status AfterCommit(bool idle) {
+    (void)idle;
+    return Status::Ok();
+  }
+
   // The newest complete snapshot; empty if the store keeps none (recovery
   // then replays the whole journal).
   virtual Result<StoredSnapshot> LoadSnapshot() { return StoredSnapshot{}; }
@@ -136,6 +148,10 @@ std::unique_ptr<Store> NewMemoryStore();
 // (SidecarPath(path)): a different identity is FAILED_PRECONDITION, a journal
 // or commit count behind the sidecar's is DATA_LOSS, both naming the files. A
 // database written before sidecars existed gets an identity and a sidecar.
+// SQLite does not checkpoint its write-ahead log inside a commit (as its
+// automatic checkpoint would, every 1,000 pages); Store::AfterCommit does.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+// Write-ahead log pages after which Store::AfterCommit checkpoints when idle.
+inline constexpr int kCheckpointPages = 1000;
 
 }  // namespace laissez::server

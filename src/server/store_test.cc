@@ -250,6 +250,44 @@ TEST(SqliteStore, AnUncommittedCreationIsPending) {
   EXPECT_EQ(*s->Identity(), "");
 }
 
+// SQLite's automatic checkpoint is off (it would run inside a commit, and
+// every ack of that commit would wait); AfterCommit checkpoints instead: at
+// kCheckpointPages when idle, at four times that under load, and the log
+// starts over after each checkpoint.
+TEST(SqliteStore, AfterCommitBoundsTheWriteAheadLog) {
+  constexpr uintmax_t kFrame = 24 + 4096;  // A WAL frame: header and one page.
+  auto wal_pages = [&](const SqliteFactory& f) { return std::filesystem::file_size(f.path + "-wal") / kFrame; };
+  // About 23 WAL frames a commit (ten records of two overflow pages each, a
+  // leaf page, the meta page): 300 commits pass 4 x kCheckpointPages.
+  constexpr uint64_t kCommits = 300, kPerCommit = 10, kSlack = 50;
+  auto line = [](uint64_t seq) { return std::string(9000, 'x') + std::to_string(seq); };
+  auto fill = [&](SqliteFactory& f, const char* after_commit) {
+    auto s = f.Open();
+    for (uint64_t c = 0; c < kCommits; ++c) {
+      Batch b;
+      for (uint64_t k = 1; k <= kPerCommit; ++k) b.journal.push_back({c * kPerCommit + k, "tenant:t", line(c * kPerCommit + k)});
+      EXPECT_TRUE(s->Commit(b).ok());
+      if (after_commit != std::string("none")) {
+        EXPECT_TRUE(s->AfterCommit(after_commit == std::string("idle")).ok());
+      }
+    }
+    return s;
+  };
+  SqliteFactory none, idle, busy;
+  auto s = fill(none, "none");
+  EXPECT_GT(wal_pages(none), 4u * kCheckpointPages);  // Nothing checkpointed.
+  auto i = fill(idle, "idle");
+  EXPECT_LE(wal_pages(idle), kCheckpointPages + kSlack);
+  auto b = fill(busy, "busy");
+  EXPECT_GT(wal_pages(busy), 2u * kCheckpointPages);
+  EXPECT_LE(wal_pages(busy), 4u * kCheckpointPages + kSlack);
+  i.reset();
+  auto reopened = idle.Open();
+  auto all = ReadAll(*reopened);
+  ASSERT_EQ(all.size(), kCommits * kPerCommit);
+  EXPECT_EQ(all.back().line, line(kCommits * kPerCommit));
+}
+
 TEST(SqliteStore, UnwritablePathIsAnError) {
   auto s = OpenSqliteStore("/nonexistent-dir/x/y.db");
   ASSERT_FALSE(s.ok());
