@@ -1,7 +1,11 @@
 #include "oplog/oplog.h"
 
+#include "common/check.h"
+
 #include <simdjson.h>
 
+#include <array>
+#include <bit>
 #include <charconv>
 #include <cstring>
 #include <limits>
@@ -951,18 +955,124 @@ std::string EncodeOperation(const Operation& op, uint64_t created_id) {
 
 namespace {
 
+// Decimal digits, two at a time.
+constexpr char kDigitPairs[201] =
+    "0001020304050607080910111213141516171819"
+    "2021222324252627282930313233343536373839"
+    "4041424344454647484950515253545556575859"
+    "6061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+void PutPair(char* p, uint32_t v) { std::memcpy(p, kDigitPairs + 2 * v, 2); }
+
+// The number of decimal digits of v (1 for 0).
+unsigned DecimalLength(uint64_t v) {
+  static constexpr uint64_t kPow10[20] = {1ULL,
+                                          10ULL,
+                                          100ULL,
+                                          1000ULL,
+                                          10000ULL,
+                                          100000ULL,
+                                          1000000ULL,
+                                          10000000ULL,
+                                          100000000ULL,
+                                          1000000000ULL,
+                                          10000000000ULL,
+                                          100000000000ULL,
+                                          1000000000000ULL,
+                                          10000000000000ULL,
+                                          100000000000000ULL,
+                                          1000000000000000ULL,
+                                          10000000000000000ULL,
+                                          100000000000000000ULL,
+                                          1000000000000000000ULL,
+                                          10000000000000000000ULL};
+  // floor(log10(2^bits)) by 1233/4096 ~ log10(2), then one comparison. v | 1
+  // has v's digit count (a power of ten is even) and is never 0.
+  uint64_t x = v | 1;
+  unsigned t = (static_cast<unsigned>(std::bit_width(x)) * 1233) >> 12;
+  return t + 1 - (x < kPow10[t]);
+}
+
+// Writes v in decimal at p (the bytes std::to_chars writes) and returns the
+// end. The event lines' numbers are mostly micro-unit prices of 8 to 12
+// digits: eight digits at a time in 32-bit arithmetic cost about a third of
+// to_chars' two digits per 64-bit division (issue 12).
+char* WriteDecimal(char* p, uint64_t v) {
+  char* end = p + DecimalLength(v);
+  char* q = end;
+  while (v >= 100000000) {
+    uint64_t hi = v / 100000000;
+    uint32_t lo = static_cast<uint32_t>(v - hi * 100000000);
+    v = hi;
+    uint32_t a = lo / 10000, b = lo % 10000;
+    PutPair(q - 2, b % 100);
+    PutPair(q - 4, b / 100);
+    PutPair(q - 6, a % 100);
+    PutPair(q - 8, a / 100);
+    q -= 8;
+  }
+  uint32_t w = static_cast<uint32_t>(v);
+  while (w >= 100) {
+    PutPair(q - 2, w % 100);
+    w /= 100;
+    q -= 2;
+  }
+  if (w >= 10) PutPair(q - 2, w);
+  else q[-1] = static_cast<char>('0' + w);
+  return end;
+}
+
+char* WriteDecimal(char* p, int64_t v) {
+  if (v >= 0) return WriteDecimal(p, static_cast<uint64_t>(v));
+  *p++ = '-';
+  return WriteDecimal(p, uint64_t{0} - static_cast<uint64_t>(v));
+}
+
+// A short piece of text copied with one fixed-size move: `size` bytes count,
+// the rest of `text` is slack that the next write overwrites.
+template <size_t N>
+struct FixedText {
+  char text[N] = {};
+  size_t size = 0;
+};
+
+// Every event type's name with its closing quote, for EventLine::TypeName.
+using TypeNameText = FixedText<32>;
+const std::array<TypeNameText, kNumEventTypes>& TypeNameTexts() {
+  static const std::array<TypeNameText, kNumEventTypes> table = [] {
+    std::array<TypeNameText, kNumEventTypes> t;
+    for (int i = 0; i < kNumEventTypes; ++i) {
+      std::string_view name = market::EventTypeName(static_cast<EventType>(i));
+      LZ_CHECK(name.size() + 1 <= sizeof t[i].text);
+      std::memcpy(t[i].text, name.data(), name.size());
+      t[i].text[name.size()] = '"';
+      t[i].size = name.size() + 1;
+    }
+    return t;
+  }();
+  return table;
+}
+
 // The fixed-size part of an event line, formatted into a stack buffer and
 // appended to the output once: an append per field (a capacity check and a
 // call each) cost more than the formatting itself on the replay path. Its
 // largest possible content (the prefix, the longest type name, five ids and
-// four 64-bit numbers with their keys) is under 400 bytes.
+// four 64-bit numbers with their keys) is under 400 bytes; the fixed-size
+// copies of Fixed write at most 64 bytes past it.
 class EventLine {
  public:
   void Lit(std::string_view s) {
     std::memcpy(p_, s.data(), s.size());
     p_ += s.size();
   }
-  void Int(int64_t v) { p_ = std::to_chars(p_, buf_ + sizeof buf_, v).ptr; }
+  // All N bytes are copied (a constant-size move, no call); `size` count.
+  template <size_t N>
+  void Fixed(const FixedText<N>& t) {
+    std::memcpy(p_, t.text, N);
+    p_ += t.size;
+  }
+  void Int(int64_t v) { p_ = WriteDecimal(p_, v); }
   void K(Key k) {
     *p_++ = ',';
     *p_++ = '"';
@@ -974,7 +1084,7 @@ class EventLine {
   void IdIfValid(Key k, IdT id) {
     if (!id.valid()) return;
     K(k);
-    p_ = std::to_chars(p_, buf_ + sizeof buf_, static_cast<uint64_t>(id.value)).ptr;
+    p_ = WriteDecimal(p_, static_cast<uint64_t>(id.value));
   }
   void Special(Key k, int64_t v, int64_t special, std::string_view name) {
     K(k);
@@ -992,24 +1102,32 @@ class EventLine {
 
 void AppendEvent(const Event& e, std::string* out) {
   // Consecutive events mostly share their time (one instant's events, and a
-  // replay's price changes come in bursts): its digits, the longest number of
-  // most lines, are formatted once per time instead of once per line (issue 12).
-  struct TimeDigits {
+  // replay's price changes come in bursts): the line's start up to the type
+  // name, with the time's digits, the longest number of most lines, is
+  // formatted once per time instead of once per line (issue 12).
+  struct TimePrefix {
     int64_t time = 0;
-    char text[24] = {'0'};
-    size_t size = 1;
+    FixedText<64> prefix;  // {"v":1,"t":TIME,"event":" (at most 43 bytes)
   };
-  thread_local TimeDigits last;
-  if (last.time != e.time) {
-    last.size = static_cast<size_t>(std::to_chars(last.text, last.text + sizeof last.text, e.time).ptr - last.text);
+  thread_local TimePrefix last;
+  if (last.prefix.size == 0 || last.time != e.time) {
+    EventLine p;
+    p.Lit("{\"v\":1,\"t\":");
+    p.Int(e.time);
+    p.Lit(",\"event\":\"");
+    std::string_view v = p.view();
+    std::memcpy(last.prefix.text, v.data(), v.size());
+    last.prefix.size = v.size();
     last.time = e.time;
   }
   EventLine w;
-  w.Lit("{\"v\":1,\"t\":");
-  w.Lit(std::string_view(last.text, last.size));
-  w.Lit(",\"event\":\"");
-  w.Lit(market::EventTypeName(e.type));  // A short constant name.
-  w.Lit("\"");
+  w.Fixed(last.prefix);
+  if (static_cast<size_t>(e.type) < kNumEventTypes) {
+    w.Fixed(TypeNameTexts()[static_cast<size_t>(e.type)]);
+  } else {
+    w.Lit(market::EventTypeName(e.type));
+    w.Lit("\"");
+  }
   uint64_t m = EventFields(e.type);
   w.IdIfValid(kNode, e.node);
   w.IdIfValid(kTenant, e.tenant);

@@ -2,6 +2,8 @@
 // of invalid lines that must each fail naming the field. No engine needed.
 #include <gtest/gtest.h>
 
+#include <charconv>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -255,6 +257,40 @@ TEST(OplogCodec, EventExample) {
   e.reasons = kReasonOutbid;
   EXPECT_EQ(EncodeEvent(e),
             R"({"v":1,"t":1500000,"event":"notice","node":4,"tenant":3,"price":2600000,"deadline":121500000,"reasons":"outbid"})");
+}
+
+// Event lines format their numbers without std::to_chars (issue 12): the
+// bytes must be to_chars' at every digit count and at the ends of the range,
+// including times, which the encoder caches from line to line.
+TEST(OplogCodec, EventNumbersAsToChars) {
+  auto dec = [](int64_t v) {
+    char buf[24];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  };
+  std::vector<int64_t> values = {0, 1, -1, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max() - 1, 999'999'999'999'999'999,
+                                 1'000'000'000'000'000'000, 1'000'000'000'000'000'001};
+  for (int64_t p = 1; p <= std::numeric_limits<int64_t>::max() / 10; p *= 10) {
+    for (int64_t v : {p - 1, p, p + 1, 10 * p - 1, 3 * p + 7 * (p / 10)}) {
+      values.push_back(v);
+      values.push_back(-v);
+    }
+  }
+  for (int64_t v : values) {
+    Event e;
+    e.time = v;
+    e.type = EventType::kCharged;
+    e.node = NodeId(static_cast<uint32_t>(static_cast<uint64_t>(v) >> 33));
+    e.tenant = TenantId(static_cast<uint32_t>(v) & 0x7fff'ffff);
+    e.price = v;
+    e.amount = v / 7;
+    e.waived = v == std::numeric_limits<int64_t>::min() ? 3 : -v;
+    e.deadline = v == 0 || v == kNever ? 5 : v;  // 0 would leave the field out.
+    std::string want = "{\"v\":1,\"t\":" + dec(v) + ",\"event\":\"charged\",\"node\":" + dec(e.node.value) +
+                       ",\"tenant\":" + dec(e.tenant.value) + ",\"price\":" + (v == kInfPrice ? "\"inf\"" : dec(v)) +
+                       ",\"amount\":" + dec(v / 7) + ",\"waived\":" + dec(e.waived) + ",\"deadline\":" + dec(e.deadline) + "}";
+    EXPECT_EQ(EncodeEvent(e), want);
+  }
 }
 
 struct BadLine {
