@@ -41,7 +41,7 @@ void MarketEngine::Impl::EnsureIndex() {
 
 // Re-keys node n in its type's tree; marks candidates if its obtain price fell.
 void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
-  if (!refreshing_decay_) DecayInputsChanged();
+  if (!refreshing_decay_) DecayInputsChanged(n);
   if (index_generation_ != topo_.generation()) {
     // The index is rebuilt lazily with fresh keys; the change must still wake
     // orders and mark vertices, whether or not a query rebuilt it meanwhile.

@@ -251,6 +251,7 @@ class BookTable {
   // A reference valid until the next Mutable call; call Retop(v) after changing it.
   Book& Mutable(uint32_t v) {
     ++generation_;
+    recent_[generation_ % kRecent] = v;
     if (index_[v] == kNone) {
       index_[v] = static_cast<uint32_t>(pool_.size());
       // Grow by a quarter, not doubling: most books are a rack's one entry,
@@ -281,6 +282,11 @@ class BookTable {
   }
   // Counts Mutable calls: a value read earlier still holds if it is unchanged.
   uint64_t generation() const { return generation_; }
+  // The vertex of Mutable call number g, for the last kRecent calls
+  // (generation() - kRecent < g <= generation()): what changed since a
+  // generation read a few calls ago.
+  static constexpr uint64_t kRecent = 8;
+  uint32_t changed_at(uint64_t g) const { return recent_[g % kRecent]; }
   size_t total_entries() const {
     size_t n = 0;
     for (const auto& b : pool_) n += b.size();
@@ -299,6 +305,7 @@ class BookTable {
   std::vector<Price> top_;
   std::vector<Book> pool_;
   uint64_t generation_ = 0;
+  uint32_t recent_[kRecent] = {};
 };
 
 // Fields are ordered so that the 4-byte and 1-byte ones pack without padding.
@@ -633,13 +640,13 @@ class MarketEngine::Impl {
   }
   void StopDecay(NodeId n) {
     NodeState& s = nodes_[n.value];
-    if (s.decaying) DecayInputsChanged();
+    if (s.decaying) DecayInputsChanged(n);
     if (s.decaying) decay_state_.erase(n.value);
     s.decaying = false;
   }
   void StartDecay(NodeId n, Price paid) {
     decay_state_[n.value] = {paid, now_};
-    DecayInputsChanged();
+    DecayInputsChanged(n);
     nodes_[n.value].decaying = true;
   }
 
@@ -970,29 +977,65 @@ class MarketEngine::Impl {
   // The earliest decay crossing, cached (issue 12: every call's NextTime
   // asked every decaying node). A node's next crossing does not move while
   // time passes before it: the highest resting price below its floor stays
-  // the highest one until the floor reaches it. So the minimum holds until
-  // then, or until an input changes: a book (the books' generation), the
-  // topology (its generation), a node's state (RefreshNode outside
-  // RefreshDecay, whose re-keying only follows time), decay starting or
-  // stopping, or the parameters (SetParams).
+  // the highest one until the floor reaches it. So each node's crossing holds
+  // until then, or until one of its inputs changes: a book above it (the
+  // books' recent changes; more than BookTable::kRecent since the last look
+  // recompute every node), its own state (RefreshNode outside RefreshDecay,
+  // whose re-keying only follows time; decay starting or stopping), the
+  // topology (its generation), or the parameters (SetParams). Each node's
+  // crossing is cached in decay_cross_, and the minimum over them in
+  // decay_next_.
+  static constexpr Micros kCrossUnknown = std::numeric_limits<Micros>::min();
   Micros NextDecay() const {
     if (decaying_.empty()) return kNever;
-    if (!decay_next_valid_ || decay_next_ <= now_ || decay_next_books_ != books_.generation() ||
-        decay_next_topo_ != topo_.generation()) {
-      Micros best = kNever;
-      for (uint32_t i : decaying_) best = std::min(best, DecayCrossing(i));
-      decay_next_ = best;
-      decay_next_valid_ = true;
-      decay_next_books_ = books_.generation();
-      decay_next_topo_ = topo_.generation();
+    const uint64_t books = books_.generation();
+    if (decay_next_valid_ && !decay_node_changed_ && decay_next_ > now_ && decay_next_books_ == books &&
+        decay_next_topo_ == topo_.generation()) {
+      return decay_next_;
     }
+    const bool all = !decay_next_valid_ || decay_next_topo_ != topo_.generation() ||
+                     books - decay_next_books_ > BookTable::kRecent;
+    if (decay_cross_.size() < nodes_.size()) decay_cross_.resize(nodes_.size(), kCrossUnknown);
+    Micros best = kNever;
+    for (uint32_t i : decaying_) {
+      Micros& c = decay_cross_[i];
+      if (all || c == kCrossUnknown || c <= now_ || BookChangedAbove(i, decay_next_books_, books)) {
+        c = DecayCrossing(i);
+      }
+      best = std::min(best, c);
+    }
+    decay_next_ = best;
+    decay_next_valid_ = true;
+    decay_node_changed_ = false;
+    decay_next_books_ = books;
+    decay_next_topo_ = topo_.generation();
     return decay_next_;
+  }
+  // True if a book changed in Mutable calls (from, to] at a vertex above node i.
+  bool BookChangedAbove(uint32_t i, uint64_t from, uint64_t to) const {
+    if (from == to) return false;
+    const topology::Node& node = topo_.node(NodeId(i));
+    uint32_t leaf = topo_.LeafIndex(NodeId(i));
+    for (uint64_t g = from + 1; g <= to; ++g) {
+      VertexId v(books_.changed_at(g));
+      if (V(v).type != node.type) continue;
+      auto [lo, hi] = topo_.Range(v);
+      if (lo <= leaf && leaf < hi) return true;
+    }
+    return false;
   }
   mutable Micros decay_next_ = kNever;
   mutable bool decay_next_valid_ = false;
+  mutable bool decay_node_changed_ = false;
   mutable uint64_t decay_next_books_ = 0, decay_next_topo_ = 0;
+  mutable std::vector<Micros> decay_cross_;  // By node: its next crossing, kCrossUnknown if not known.
   bool refreshing_decay_ = false;  // RefreshDecay is re-keying decaying nodes for the time.
   void DecayInputsChanged() { decay_next_valid_ = false; }
+  // Node n's own inputs changed: only its crossing is recomputed.
+  void DecayInputsChanged(NodeId n) {
+    if (n.value < decay_cross_.size()) decay_cross_[n.value] = kCrossUnknown;
+    decay_node_changed_ = true;
+  }
 
   void RefreshDecay();
   bool FreeKeyCurrent(NodeId n, Price f) const;
