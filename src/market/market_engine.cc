@@ -35,6 +35,7 @@ Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
   auto result = m.Call(t, [&]() -> Result<NodeId> {
     LZ_ASSIGN_OR_RETURN(NodeId n, m.topo_.AddNode(info));
     m.nodes_.emplace_back();
+    m.node_cold_.emplace_back();
     m.books_.Resize(m.topo_.vertex_count());
     NodeState& s = m.nodes_[n.value];
     s.alive = true;
@@ -117,9 +118,9 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
       for (uint32_t i = 0; i < m.nodes_.size(); ++i) {
         NodeState& s = m.nodes_[i];
         if (!s.holder.valid()) continue;
-        if (s.hold_scheduled) m.ScheduleErase(s.held_since + old.min_hold, kSchedHoldExpiry, i);
-        s.hold_scheduled = params.min_hold > 0 && s.held_since + params.min_hold > m.now_;
-        if (s.hold_scheduled) m.ScheduleAdd(s.held_since + params.min_hold, kSchedHoldExpiry, i);
+        if (s.hold_scheduled) m.ScheduleErase(m.node_cold_[i].held_since + old.min_hold, kSchedHoldExpiry, i);
+        s.hold_scheduled = params.min_hold > 0 && m.node_cold_[i].held_since + params.min_hold > m.now_;
+        if (s.hold_scheduled) m.ScheduleAdd(m.node_cold_[i].held_since + params.min_hold, kSchedHoldExpiry, i);
       }
     }
     // Turning clipping off (clip_interval 0) leaves the steps already set: at its step each
@@ -374,6 +375,7 @@ void MarketEngine::Compact() {
   Impl& m = *impl_;
   m.EnsureIndex();
   m.nodes_.shrink_to_fit();
+  m.node_cold_.shrink_to_fit();
   m.books_.ShrinkToFit();
   m.topo_.ShrinkToFit();
 }
@@ -432,7 +434,7 @@ Result<EvictionQuote> MarketEngine::GetEvictionQuote(TenantId tenant, NodeId nod
   q.obtain = m.Obtain(node);
   q.pays = s.rate;
   q.contested = s.contested;
-  q.deadline = s.contested ? s.deadline : 0;
+  q.deadline = s.contested ? m.node_cold_[node.value].deadline : 0;
   q.reasons = s.contested ? s.reasons : 0;
   return q;
 }
@@ -445,7 +447,7 @@ Result<NodeView> MarketEngine::GetNode(NodeId node) const {
   v.id = node;
   v.holder = s.holder;
   v.limit = s.limit;
-  v.held_since = s.holder.valid() ? s.held_since : 0;
+  v.held_since = s.holder.valid() ? m.node_cold_[node.value].held_since : 0;
   v.floor = s.alive ? m.Floor(node) : 0;
   if (!s.alive) v.status = NodeStatus::kRemoved;
   else if (s.order_slot != UINT32_MAX) {

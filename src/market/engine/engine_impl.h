@@ -308,35 +308,44 @@ class BookTable {
   uint32_t recent_[kRecent] = {};
 };
 
+// A node's state in one cache line (issue 12): what a limit change, a re-key
+// and a settlement read, aligned so that a node's record never straddles two
+// lines (88 bytes at an 8-byte stride did, nearly always). The contest's and
+// the minimum hold's fields are in NodeCold, by node (Impl::node_cold_).
 // Fields are ordered so that the 4-byte and 1-byte ones pack without padding.
-struct NodeState {
+struct alignas(64) NodeState {
   TenantId holder;
   uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
-  Price limit = 0;
-  Micros held_since = 0;
-  // Contest.
-  Micros deadline = 0;
-  Price notice_price = 0;            // The price the holder's latest notice stated.
   uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
   uint32_t tenant_pos = 0;           // Index in the holder's node list.
+  uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
+  uint8_t reasons = 0;
+  // One byte of flags.
+  bool contested : 1 = false;
+  bool alive : 1 = true;
+  bool hold_scheduled : 1 = false;
+  bool decaying : 1 = false;  // Has an entry in decay_state_ (rare: kept out of the hot struct).
+  bool in_maint : 1 = false;  // Has an entry in maint_state_.
+  Price limit = 0;
   // Floors.
-  Price base_floor = 0;    // Max of policy floors.
+  Price base_floor = 0;  // Max of policy floors.
   // Charging.
   Price rate = 0;
   // The rate of the holding's latest interval of positive length: what it
   // paid, as opposed to a rate that took effect this instant (decay's P).
   Price paid_rate = 0;
   Micros acc_since = 0;
-  uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
-  uint8_t reasons = 0;
-  // One byte of flags, so the struct is 88 bytes, not 96 (issue 12).
-  bool contested : 1 = false;
-  bool alive : 1 = true;
-  bool hold_scheduled : 1 = false;
-  bool decaying : 1 = false;  // Has an entry in decay_state_ (rare: kept out of the hot struct).
-  bool in_maint : 1 = false;  // Has an entry in maint_state_.
 };
-static_assert(sizeof(NodeState) <= 88, "the node state is meant to stay compact (issue 12)");
+static_assert(sizeof(NodeState) == 64, "a node's hot state is meant to fill one cache line (issue 12)");
+
+// The parts of a node's state that only contests and the minimum hold read.
+struct NodeCold {
+  Micros held_since = 0;
+  // Contest.
+  Micros deadline = 0;
+  Price notice_price = 0;  // The price the holder's latest notice stated.
+};
+static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 88, "the node state is meant to stay compact (issue 12)");
 
 // The rare parts of an order (issue 12): a locality anchor, a clip schedule,
 // a gang's cooldown and the nodes a pending order claims. They live in a side
@@ -452,27 +461,34 @@ class OrderIndex {
   int shift_ = 64;
 };
 
-struct Tenant {
-  std::string name;
-  Money balance = 0;
-  Price max_rate = kInfPrice;
-  Money deposited = 0;
-  Money paid = 0, waived = 0;
-  std::vector<NodeId> nodes;
-  // Open order ids, ascending: a sorted vector, 8 bytes an order, where a
-  // std::set spent a 40-byte tree node and its allocation on each.
-  std::vector<uint64_t> orders;
+// A tenant's hot fields in two cache lines (issue 12): the first holds what a
+// lowered limit changes (the committed aggregates) and the exhaustion state,
+// the second what the budget test and the exhaustion bound add (the balance
+// and the accrual aggregates). The rest follows.
+struct alignas(64) Tenant {
   // Committed rate and its grace cost.
   Price committed = 0;      // Sum limits + price x remaining (requested prices).
   Money committed_need = 0; // Per-item grace costs of the same.
   Money need = 0;           // Sum over held nodes of GraceCost(r).
+  Micros exhaust_sched = kNever;
+  std::vector<NodeId> nodes;
+  bool exhausted = false;
+  // Second line.
+  Money balance = 0;
+  Price max_rate = kInfPrice;
   // Accrual aggregates: A(t) = carry_sum + rate_sum * t - rate_time_sum.
   __int128 carry_sum = 0;
   __int128 rate_sum = 0;
   __int128 rate_time_sum = 0;
-  bool exhausted = false;
-  Micros exhaust_sched = kNever;
+  // Cold.
+  std::string name;
+  Money deposited = 0;
+  Money paid = 0, waived = 0;
+  // Open order ids, ascending: a sorted vector, 8 bytes an order, where a
+  // std::set spent a 40-byte tree node and its allocation on each.
+  std::vector<uint64_t> orders;
 };
+static_assert(sizeof(std::vector<NodeId>) == 24, "the first line of Tenant holds four 8-byte fields, the node list and a flag");
 
 // A(t) x kH at `at`, the accrued money's aggregate (carry_sum + rate_sum x at
 // - rate_time_sum): one 64 x 64-bit multiply when the rate sum fits in 64
@@ -540,6 +556,7 @@ class MarketEngine::Impl {
   uint64_t next_order_id_ = 0;
 
   std::vector<NodeState> nodes_;
+  std::vector<NodeCold> node_cold_;  // By node, beside nodes_.
   std::vector<Order> orders_;           // Slots.
   std::vector<uint32_t> free_slots_;
   OrderIndex order_slot_;  // Live orders: their slots by id.
@@ -689,7 +706,7 @@ class MarketEngine::Impl {
     const NodeState& s = nodes_[n.value];
     if (!s.alive || s.order_slot != UINT32_MAX) return kInfPrice;
     if (!s.holder.valid()) return EffFloor(n);
-    if (params_.min_hold > 0 && now_ < s.held_since + params_.min_hold) return kInfPrice;
+    if (params_.min_hold > 0 && now_ < node_cold_[n.value].held_since + params_.min_hold) return kInfPrice;
     Price bar = HolderBar(n);
     if (s.challenger != UINT32_MAX) bar = std::max(bar, AddTick(ChallengerPrice(s), params_.tick));
     return bar;

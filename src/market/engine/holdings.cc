@@ -38,32 +38,32 @@ uint8_t MarketEngine::Impl::CurrentReasons(NodeId n) const {
 
 void MarketEngine::Impl::SendNotice(NodeId n) {
   NodeState& s = nodes_[n.value];
-  s.notice_price = NoticePrice(n);
+  node_cold_[n.value].notice_price = NoticePrice(n);
   Event e;
   e.type = EventType::kNotice;
   e.node = n;
   e.tenant = s.holder;
   e.reasons = s.reasons;
-  e.price = s.notice_price;
-  e.deadline = s.deadline;
+  e.price = node_cold_[n.value].notice_price;
+  e.deadline = node_cold_[n.value].deadline;
   if (s.challenger != UINT32_MAX) e.order = orders_[s.challenger].id;
   Emit(e);
 }
 
 void MarketEngine::Impl::SetDeadline(NodeId n, Micros d) {
   NodeState& s = nodes_[n.value];
-  if (s.contested) ScheduleErase(s.deadline, kSchedDeadline, n.value);
-  s.deadline = d;
+  if (s.contested) ScheduleErase(node_cold_[n.value].deadline, kSchedDeadline, n.value);
+  node_cold_[n.value].deadline = d;
   ScheduleAdd(d, kSchedDeadline, n.value);
 }
 
 // Removes the contest state of n (no events); the challenger is left to the caller.
 void MarketEngine::Impl::ClearContest(NodeId n) {
   NodeState& s = nodes_[n.value];
-  if (s.contested) ScheduleErase(s.deadline, kSchedDeadline, n.value);
+  if (s.contested) ScheduleErase(node_cold_[n.value].deadline, kSchedDeadline, n.value);
   s.contested = false;
   s.reasons = 0;
-  s.deadline = 0;
+  node_cold_[n.value].deadline = 0;
   if (s.challenger != UINT32_MAX) {
     uint32_t c = s.challenger;
     s.challenger = UINT32_MAX;
@@ -91,13 +91,13 @@ bool MarketEngine::Impl::ReviewNode(NodeId n) {
     Micros d = SatAdd(now_, params_.grace);
     if (MaintAt(n) != kNever) d = std::min(d, MaintAt(n));
     d = std::max(d, now_);
-    s.deadline = d;
+    node_cold_[n.value].deadline = d;
     ScheduleAdd(d, kSchedDeadline, n.value);
     SendNotice(n);
     return true;
   }
   if (want == 0) {
-    ScheduleErase(s.deadline, kSchedDeadline, n.value);
+    ScheduleErase(node_cold_[n.value].deadline, kSchedDeadline, n.value);
     s.contested = false;
     s.reasons = 0;
     Event e;
@@ -108,14 +108,14 @@ bool MarketEngine::Impl::ReviewNode(NodeId n) {
     return true;
   }
   bool changed = false;
-  if (Micros maint = MaintAt(n); maint != kNever && s.deadline > maint) {
+  if (Micros maint = MaintAt(n); maint != kNever && node_cold_[n.value].deadline > maint) {
     SetDeadline(n, std::max(maint, now_));
     changed = true;
   }
   // The holder's latest notice always states the reasons and the price in
   // force: a reason that comes or goes (a challenger leaving a contest that
   // a floor still justifies) or a new price gives a new notice, same deadline.
-  if (want != s.reasons || NoticePrice(n) != s.notice_price) changed = true;
+  if (want != s.reasons || NoticePrice(n) != node_cold_[n.value].notice_price) changed = true;
   s.reasons = want;
   if (changed) SendNotice(n);
   return changed;
@@ -184,7 +184,7 @@ void MarketEngine::Impl::DropGang(uint32_t slot, bool cooldown) {
 void MarketEngine::Impl::ResolveDeadline(NodeId n) {
   NodeState& s = nodes_[n.value];
   LZ_CHECK(s.contested);
-  ScheduleErase(s.deadline, kSchedDeadline, n.value);
+  ScheduleErase(node_cold_[n.value].deadline, kSchedDeadline, n.value);
   s.contested = false;
   uint8_t reasons = s.reasons;
   s.reasons = 0;
@@ -328,7 +328,7 @@ Status MarketEngine::Impl::RelinquishImpl(TenantId tid, NodeId n) {
   if (c != UINT32_MAX) {
     // The node moves at once to the pending challenger (or stays reserved for its gang).
     s.challenger = UINT32_MAX;
-    if (s.contested) ScheduleErase(s.deadline, kSchedDeadline, n.value);
+    if (s.contested) ScheduleErase(node_cold_[n.value].deadline, kSchedDeadline, n.value);
     s.contested = false;
     s.reasons = 0;
     EndHolding(n);

@@ -140,12 +140,12 @@ void MarketEngine::Impl::RunDue() {
       }
       case kSchedHoldExpiry: {
         NodeState& s = nodes_[k.id];
-        if (s.hold_scheduled && s.holder.valid() && s.held_since + params_.min_hold <= now_) {
+        if (s.hold_scheduled && s.holder.valid() && node_cold_[k.id].held_since + params_.min_hold <= now_) {
           s.hold_scheduled = false;
           RefreshNode(NodeId(static_cast<uint32_t>(k.id)));
         } else if (s.hold_scheduled && s.holder.valid()) {
           // min_hold changed: re-arm at the new expiry.
-          ScheduleAdd(s.held_since + params_.min_hold, kSchedHoldExpiry, k.id);
+          ScheduleAdd(node_cold_[k.id].held_since + params_.min_hold, kSchedHoldExpiry, k.id);
         }
         break;
       }

@@ -110,7 +110,7 @@ void MarketEngine::Impl::StartHolding(NodeId n, TenantId tid, Price limit) {
   Tenant& t = tenants_[tid.value];
   s.holder = tid;
   s.limit = limit;
-  s.held_since = now_;
+  node_cold_[n.value].held_since = now_;
   s.order_slot = UINT32_MAX;
   StopDecay(n);
   s.rate = 0;
@@ -160,7 +160,7 @@ void MarketEngine::Impl::EndHolding(NodeId n) {
   s.rate = 0;
   s.carry = 0;
   if (s.hold_scheduled) {
-    ScheduleErase(s.held_since + params_.min_hold, kSchedHoldExpiry, n.value);
+    ScheduleErase(node_cold_[n.value].held_since + params_.min_hold, kSchedHoldExpiry, n.value);
     s.hold_scheduled = false;
   }
   ClearContest(n);

@@ -86,7 +86,7 @@ void MarketEngine::Impl::BecomeChallenger(uint32_t slot, NodeId n) {
     ReviewNode(n);  // Opens the contest and sends the notice now.
   } else {
     s.reasons |= kReasonOutbid;
-    if (Micros maint = MaintAt(n); maint != kNever && s.deadline > maint) SetDeadline(n, std::max(maint, now_));
+    if (Micros maint = MaintAt(n); maint != kNever && node_cold_[n.value].deadline > maint) SetDeadline(n, std::max(maint, now_));
     SendNotice(n);
   }
 }

@@ -92,7 +92,7 @@ void MarketEngine::Impl::FillSingle(uint32_t slot, NodeId n, bool emit_alloc) {
 Price MarketEngine::Impl::OwnClaimObtain(const Order& o, NodeId n) const {
   const NodeState& s = nodes_[n.value];
   if (s.order_slot == SlotOf(o)) return Floor(n);
-  if (params_.min_hold > 0 && now_ < s.held_since + params_.min_hold) return kInfPrice;
+  if (params_.min_hold > 0 && now_ < node_cold_[n.value].held_since + params_.min_hold) return kInfPrice;
   return HolderBar(n);
 }
 
@@ -114,7 +114,7 @@ void MarketEngine::Impl::SetEffective(uint32_t slot, Price eff, uint64_t seq) {
         MarkDirty(n);
         // New price, same deadline; none if the price it states is unchanged
         // (a raise that clipping holds at the same effective price).
-        if (s.contested && ChallengerPrice(s) >= HolderBar(n) && NoticePrice(n) != s.notice_price) SendNotice(n);
+        if (s.contested && ChallengerPrice(s) >= HolderBar(n) && NoticePrice(n) != node_cold_[n.value].notice_price) SendNotice(n);
       } else if (s.order_slot == slot && EffFloor(n) > eff) {
         // A floor on a reserved node above the gang's price drops it (handled in review).
       }

@@ -39,7 +39,7 @@ uint64_t GetFixed(std::string_view s, size_t at, int bytes) {
 
 // The records that list their fields in a `Fields` function below.
 template <typename T>
-concept HasFields = std::is_same_v<T, MarketParams> || std::is_same_v<T, NodeState> || std::is_same_v<T, OrderSpec> ||
+concept HasFields = std::is_same_v<T, MarketParams> || std::is_same_v<T, OrderSpec> ||
                     std::is_same_v<T, Tenant> || std::is_same_v<T, FloorTarget> ||
                     std::is_same_v<T, Policy> || std::is_same_v<T, BookEntry> || std::is_same_v<T, LedgerEntry> ||
                     std::is_same_v<T, SchedKey>;
@@ -245,14 +245,16 @@ void Fields(V& v, P& p) requires std::is_same_v<std::remove_const_t<P>, MarketPa
   v.F(p.min_hold);
 }
 
-template <typename V, typename S>
-void Fields(V& v, S& s) requires std::is_same_v<std::remove_const_t<S>, NodeState> {
+// A node's state and its cold part (NodeCold), in the order they had when
+// they were one struct.
+template <typename V, typename S, typename C>
+void NodeFields(V& v, S& s, C& c) {
   v.F(s.holder);
   v.F(s.order_slot);
   v.F(s.limit);
-  v.F(s.held_since);
-  v.F(s.deadline);
-  v.F(s.notice_price);
+  v.F(c.held_since);
+  v.F(c.deadline);
+  v.F(c.notice_price);
   v.F(s.challenger);
   v.F(s.tenant_pos);
   v.F(s.base_floor);
@@ -522,7 +524,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   }
 
   // Per-node state.
-  for (const NodeState& s : m.nodes_) w.F(s);
+  for (size_t i = 0; i < m.nodes_.size(); ++i) NodeFields(w, m.nodes_[i], m.node_cold_[i]);
 
   // Orders: every slot (free ones too, whose stale fields nothing reads but
   // which keep the slot numbering), the free list, the live-order map.
@@ -716,7 +718,8 @@ Status MarketEngine::Restore(std::string_view image) {
 
   r.section = "nodes";
   m.nodes_.resize(node_count);
-  for (NodeState& s : m.nodes_) s = Read<NodeState>(r);
+  m.node_cold_.resize(node_count);
+  for (size_t i = 0; i < node_count; ++i) NodeFields(r, m.nodes_[i], m.node_cold_[i]);
 
   r.section = "orders";
   m.orders_.resize(r.Count());
