@@ -39,6 +39,7 @@ Result<NodeId> MarketEngine::AddNode(Micros t, const topology::NodeInfo& info) {
     m.books_.Resize(m.topo_.vertex_count());
     NodeState& s = m.nodes_[n.value];
     s.alive = true;
+    s.type = m.topo_.node(n).type;
     Event e;
     e.type = EventType::kNodeAdded;
     e.node = n;

@@ -49,7 +49,7 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
     if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
     return;
   }
-  TypeIndex& ix = index_[topo_.node(n).type.value];
+  TypeIndex& ix = index_[nodes_[n.value].type.value];
   uint32_t leaf = topo_.LeafIndex(n);
   if (leaf == UINT32_MAX) return;
   unsigned __int128 k = KeyOf(n);

@@ -326,6 +326,9 @@ struct alignas(64) NodeState {
   bool hold_scheduled : 1 = false;
   bool decaying : 1 = false;  // Has an entry in decay_state_ (rare: kept out of the hot struct).
   bool in_maint : 1 = false;  // Has an entry in maint_state_.
+  // The topology's type of the node (it never changes), in what was padding:
+  // a re-key finds its type's index without the topology's node record.
+  TypeId type;
   Price limit = 0;
   // Floors.
   Price base_floor = 0;  // Max of policy floors.

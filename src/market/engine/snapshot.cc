@@ -719,7 +719,11 @@ Status MarketEngine::Restore(std::string_view image) {
   r.section = "nodes";
   m.nodes_.resize(node_count);
   m.node_cold_.resize(node_count);
-  for (size_t i = 0; i < node_count; ++i) NodeFields(r, m.nodes_[i], m.node_cold_[i]);
+  for (size_t i = 0; i < node_count; ++i) {
+    NodeFields(r, m.nodes_[i], m.node_cold_[i]);
+    // Not in the image: the topology's (NodeState::type).
+    if (i < m.topo_.node_count()) m.nodes_[i].type = m.topo_.node(NodeId(static_cast<uint32_t>(i))).type;
+  }
 
   r.section = "orders";
   m.orders_.resize(r.Count());
