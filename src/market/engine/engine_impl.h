@@ -824,6 +824,20 @@ class MarketEngine::Impl {
   void ScheduleAdd(Micros time, uint8_t kind, uint64_t id) {
     if (time != kNever) sched_.insert(SchedKey{time, kind, id});
   }
+  // ScheduleErase(from, ...) then ScheduleAdd(to, ...), the same schedule
+  // after: the entry's tree node is re-keyed and re-linked, not freed and
+  // allocated again (issue 12: a raise that brings a tenant's exhaustion
+  // bound earlier moves its entry).
+  void ScheduleMove(Micros from, Micros to, uint8_t kind, uint64_t id) {
+    auto entry = from != kNever ? sched_.extract(SchedKey{from, kind, id}) : decltype(sched_)::node_type();
+    if (to == kNever) return;
+    if (entry.empty()) {
+      sched_.insert(SchedKey{to, kind, id});
+    } else {
+      entry.value() = SchedKey{to, kind, id};
+      sched_.insert(std::move(entry));
+    }
+  }
 
   void Settle(NodeId n);
 

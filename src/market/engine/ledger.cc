@@ -260,9 +260,8 @@ void MarketEngine::Impl::RescheduleExhaustion(uint32_t tid) {
   if (when <= now_) when = ExactExhaustion(t);
   if (when == t.exhaust_sched) return;
   if (when > t.exhaust_sched && t.exhaust_sched != kNever && when != kNever) return;
-  ScheduleErase(t.exhaust_sched, kSchedExhaust, tid);
+  ScheduleMove(t.exhaust_sched, when, kSchedExhaust, tid);
   t.exhaust_sched = when;
-  ScheduleAdd(when, kSchedExhaust, tid);
 }
 
 // Exhaustion due at now? Returns true if it fired or recovered (state changed).
