@@ -3,6 +3,7 @@
 // to the heap and back, moves of the book itself and a snapshot's assign_empty.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -85,6 +86,35 @@ TEST(BookEntries, AssignEmpty) {
     ASSERT_EQ(b.size(), n);
     for (BookEntry& e : b) e = Entry(n);
     for (const BookEntry& e : b) EXPECT_EQ(e.seq, n);
+  }
+}
+
+// insert's argument may be an entry of the same book: the move to the heap
+// overwrites the inline entry, a regrowth frees the old block and the shift
+// overwrites the entries after `pos` (review of issue 12). The inline and the
+// spare-capacity cases read a wrong entry when insert copies `e` late; the
+// full-heap case reads a freed block, which only a sanitizer build sees.
+TEST(BookEntries, InsertsACopyOfAnEntryOfTheSameBook) {
+  auto fill = [](Book& b, std::vector<BookEntry>& want, size_t n) {
+    for (uint64_t s = 1; s <= n; ++s) {
+      BookEntry e{static_cast<Price>(100 - s), s, static_cast<uint32_t>(s), 0, static_cast<uint32_t>(s)};
+      b.insert(b.end(), e);
+      want.push_back(e);
+    }
+  };
+  // n entries before the insert: 1 (inline, full), 2 (heap, full), 3 (heap, one spare).
+  for (size_t n : {size_t{1}, size_t{2}, size_t{3}}) {
+    for (size_t from = 0; from < n; ++from) {
+      for (size_t at = 0; at <= n; ++at) {
+        Book b;
+        std::vector<BookEntry> want;
+        fill(b, want, n);
+        BookEntry copy = want[from];
+        b.insert(b.begin() + at, b.begin()[from]);
+        want.insert(want.begin() + static_cast<ptrdiff_t>(at), copy);
+        ASSERT_NO_FATAL_FAILURE(ExpectSame(b, want)) << n << " entries, from " << from << " at " << at;
+      }
+    }
   }
 }
 

@@ -148,8 +148,9 @@ class Book {
   bool empty() const { return size() == 0; }
   const BookEntry& front() const { return *data(); }
 
-  // Inserts e before `pos` (a pointer into this book).
-  void insert(BookEntry* pos, const BookEntry& e) {
+  // Inserts e before `pos` (a pointer into this book). e is taken by value:
+  // it may be an entry of this book, which Reserve and the shift overwrite.
+  void insert(BookEntry* pos, BookEntry e) {
     size_t i = static_cast<size_t>(pos - begin()), n = size();
     if (n == capacity()) Reserve(2 * n);  // Full (inline: one entry): a vector's doubling.
     BookEntry* d = data();
