@@ -254,11 +254,11 @@ class BookTable {
     ++generation_;
     recent_[generation_ % kRecent] = v;
     if (index_[v] == kNone) {
-      index_[v] = static_cast<uint32_t>(pool_.size());
       // Grow by a quarter, not doubling: most books are a rack's one entry,
       // so the pool is most of what they cost (issue 12).
       if (pool_.size() == pool_.capacity()) pool_.reserve(pool_.size() + pool_.size() / 4 + 16);
       pool_.emplace_back();
+      index_[v] = static_cast<uint32_t>(pool_.size() - 1);  // Once grown: a bad_alloc leaves no index past the pool.
     }
     return pool_[index_[v]];
   }
