@@ -265,10 +265,11 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   __int128 add_rate = (static_cast<__int128>(price) - o.requested) * rem;
   __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(o.requested, params_.grace));
   LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
+  // The first move away from the placed price keeps it for the snapshot.
+  // Before the tenant's sums change: MutableCold may allocate (and throw).
+  if (price != o.requested && Cold(o).placed < 0) MutableCold(o).placed = o.requested;
   t.committed = static_cast<Price>(t.committed + add_rate);
   t.committed_need = static_cast<Money>(t.committed_need + add_need);
-  // The first move away from the placed price keeps it for the snapshot.
-  if (price != o.requested && Cold(o).placed < 0) MutableCold(o).placed = o.requested;
   if (price > o.requested) {
     o.requested = price;
     Price before = o.effective;
