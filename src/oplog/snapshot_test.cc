@@ -8,6 +8,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/fnv.h"
@@ -242,9 +243,31 @@ TEST(Snapshot, CorruptTruncatedOrForeignImagesAreRefusedAndChangeNothing) {
   EXPECT_EQ(State(target), State(source));
 }
 
+// An image whose payload was edited, with its header's payload length
+// (bytes 12-19) and its checksum trailer made right again: so a restore gets
+// past them to the edited field.
+std::string Resealed(std::string image) {
+  image.resize(image.size() - 8);
+  uint64_t length = image.size() - 20;
+  for (int i = 0; i < 8; ++i) image[12 + i] = static_cast<char>(length >> (8 * i));
+  uint64_t h = Fnv1a64(std::string_view(image).substr(20));
+  for (int i = 0; i < 8; ++i) image.push_back(static_cast<char>(h >> (8 * i)));
+  return image;
+}
+
+// A zigzag varint, as the image stores a signed value.
+std::string Varint(int64_t v) {
+  uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+  std::string out;
+  for (; u >= 0x80; u >>= 7) out.push_back(static_cast<char>(u | 0x80));
+  out.push_back(static_cast<char>(u));
+  return out;
+}
+
 // The placed price of an updated order lives in the order's rare fields
-// (issue 12); the image keeps it, and a negative one is refused by name.
-TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndANegativeOneIsRefused) {
+// (issue 12); the image keeps it, and one that Place would refuse (negative
+// or infinite) is refused by name.
+TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndAnInvalidOneIsRefused) {
   MarketEngine source;
   topology::NodeInfo info{"n0", "gpu", "eu", "eu-1", "r1", "k1", {}};
   auto n = source.AddNode(0, info);
@@ -265,32 +288,30 @@ TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndANegativeOneIsRefused) {
   EXPECT_EQ(restored.Snapshot(), image);
 
   // The placed price is in the image (zigzag varint), as are the prices that
-  // equal it (the holding's rate, say): make each occurrence negative in
-  // turn, same length, checksum re-done; one of them is the placed price.
-  auto varint = [](int64_t v) {
-    uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-    std::string out;
-    for (; u >= 0x80; u >>= 7) out.push_back(static_cast<char>(u | 0x80));
-    out.push_back(static_cast<char>(u));
-    return out;
+  // equal it (the holding's rate, say): make each occurrence negative, then
+  // infinite, in turn, payload length and checksum re-done; one of them is
+  // the placed price.
+  const std::string want = Varint(placed);
+  const std::pair<Price, std::string> cases[] = {
+      {-placed, "placed price -987654321: must not be negative"},
+      {kInfPrice, "placed price 9223372036854775807: must be finite"},
   };
-  std::string want = varint(placed), negative = varint(-placed);
-  ASSERT_EQ(want.size(), negative.size());
-  int refused_by_name = 0;
-  for (size_t at = image.find(want, 20); at != std::string::npos; at = image.find(want, at + 1)) {
-    std::string bad = image.substr(0, image.size() - 8);
-    bad.replace(at, want.size(), negative);
-    uint64_t h = Fnv1a64(std::string_view(bad).substr(20));
-    for (int i = 0; i < 8; ++i) bad.push_back(static_cast<char>(h >> (8 * i)));
-    MarketEngine target;
-    std::string before = target.Snapshot();
-    Status st = target.Restore(bad);
-    if (st.message().find("placed price -987654321 is negative") == std::string::npos) continue;
-    ++refused_by_name;
-    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
-    EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+  for (const auto& [bad_price, message] : cases) {
+    int refused_by_name = 0;
+    for (size_t at = image.find(want, 20); at != std::string::npos; at = image.find(want, at + 1)) {
+      std::string bad = image;
+      bad.replace(at, want.size(), Varint(bad_price));
+      bad = Resealed(std::move(bad));
+      MarketEngine target;
+      std::string before = target.Snapshot();
+      Status st = target.Restore(bad);
+      if (st.message().find(message) == std::string::npos) continue;
+      ++refused_by_name;
+      EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+      EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+    }
+    EXPECT_EQ(refused_by_name, 1) << message;
   }
-  EXPECT_EQ(refused_by_name, 1);
 }
 
 }  // namespace

@@ -70,6 +70,14 @@ inline __int128 Div128(__int128 a, int64_t b) {
 
 inline std::string Num(uint64_t v) { return std::to_string(v); }
 
+// Why p is no valid price, nullptr if it is: Place and Update check their
+// prices with it (CheckPrice), and a snapshot's restore its placed prices.
+inline const char* PriceProblem(Price p) {
+  if (p < 0) return "must not be negative";
+  if (p == kInfPrice) return "must be finite";
+  return nullptr;
+}
+
 enum SchedKind : uint8_t {
   kSchedDeadline = 0,    // id: node
   kSchedHoldExpiry = 1,  // id: node
@@ -1147,8 +1155,7 @@ class MarketEngine::Impl {
 
   // ---------------------------------------------------------------- validation (orders.cc)
   Status CheckPrice(Price p, const char* field) const {
-    if (p < 0) return InvalidArgument(std::string(field) + ": must not be negative");
-    if (p == kInfPrice) return InvalidArgument(std::string(field) + ": must be finite");
+    if (const char* why = PriceProblem(p)) return InvalidArgument(std::string(field) + ": " + why);
     return Status::Ok();
   }
   bool TenantExists(TenantId t) const { return t.valid() && t.value < tenants_.size(); }

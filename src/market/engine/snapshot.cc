@@ -316,7 +316,8 @@ void OrderFields(V& v, O& o, C& c) {
   v.F(c.claims);
   v.F(o.alive);
   if constexpr (!std::is_const_v<O>) {
-    if (placed < 0) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + " is negative");
+    // Place's check (CheckPrice): an infinite placed price is refused too.
+    if (const char* why = PriceProblem(placed)) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + ": " + why);
     c.placed = placed != o.requested ? placed : -1;
   }
 }
