@@ -34,6 +34,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <new>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -198,7 +200,9 @@ class Book {
   struct Heap {
     BookSummary summary;
     size_t capacity;
-    BookEntry* entries() { return reinterpret_cast<BookEntry*>(this + 1); }
+    // The entries start right after this header, in the same malloc block:
+    // byte arithmetic and std::launder, not a pointer past this object.
+    BookEntry* entries() { return std::launder(reinterpret_cast<BookEntry*>(reinterpret_cast<char*>(this) + sizeof(Heap))); }
   };
   static_assert(sizeof(Heap) % alignof(BookEntry) == 0);
   bool on_heap() const { return (size_ & kOnHeap) != 0; }
@@ -218,7 +222,10 @@ class Book {
   }
   // Drops every entry and the allocation, if any.
   void Free() {
-    if (on_heap()) std::free(heap_);
+    if (on_heap()) {
+      std::free(heap_);
+      std::construct_at(&one_);  // The inline entry is the union's member again.
+    }
     size_ = 0;
   }
   void Take(Book& o) {
