@@ -118,5 +118,66 @@ TEST(BookEntries, InsertsACopyOfAnEntryOfTheSameBook) {
   }
 }
 
+TEST(BookEntries, RegrowthOnTheHeapKeepsTheStoredSummary) {
+  Book b;
+  for (uint64_t s = 1; s <= 2; ++s) b.insert(b.end(), Entry(s));
+  const BookSummary stored{77, 4, 66};  // Not Summarize's: only a copy carries it.
+  b.set_summary(stored);
+  for (uint64_t s = 3; s <= 40; ++s) {  // Regrows at 2, 4, 8, 16 and 32 entries.
+    b.insert(b.begin(), Entry(s));
+    ASSERT_EQ(b.summary(), stored) << s << " entries";
+  }
+}
+
+// The table itself: Mutable allocates a vertex's book on first use and the
+// pool grows under books that are inline or on the heap; top and summary
+// follow Retop.
+TEST(BookTables, PoolGrowthRetopAndSummaries) {
+  constexpr uint32_t kVertices = 60;
+  BookTable t;
+  t.Resize(kVertices);
+  std::vector<std::vector<BookEntry>> want(kVertices);
+  std::mt19937_64 rng(7);
+  uint64_t seq = 0;
+  auto check = [&](const char* when) {
+    for (uint32_t v = 0; v < kVertices; ++v) {
+      ASSERT_NO_FATAL_FAILURE(ExpectSame(t[v], want[v])) << when << ", vertex " << v;
+      EXPECT_EQ(t.top(v), want[v].empty() ? -1 : want[v].front().price) << when << ", vertex " << v;
+      EXPECT_EQ(t.summary(v), BookTable::Summarize(t[v])) << when << ", vertex " << v;
+    }
+  };
+  // Vertices in a shuffled order, every third with a second entry (on the
+  // heap), so the pool regrows (16, then 36 books) under both kinds.
+  std::vector<uint32_t> order(kVertices);
+  for (uint32_t v = 0; v < kVertices; ++v) order[v] = v;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (uint32_t v : order) {
+    uint64_t before = t.generation();
+    Book& b = t.Mutable(v);
+    EXPECT_EQ(t.generation(), before + 1);
+    for (int k = 0; k < (v % 3 == 0 ? 2 : 1); ++k) {
+      BookEntry e = Entry(++seq);
+      auto at = std::upper_bound(want[v].begin(), want[v].end(), e, BookLess);
+      b.insert(b.begin() + (at - want[v].begin()), e);
+      want[v].insert(at, e);
+    }
+    t.Retop(v);
+  }
+  ASSERT_NO_FATAL_FAILURE(check("after the inserts"));
+  size_t total = 0;
+  for (const auto& w : want) total += w.size();
+  EXPECT_EQ(t.total_entries(), total);
+  // Erase every entry of some books: Retop leaves no top and an empty summary.
+  for (uint32_t v = 0; v < kVertices; v += 2) {
+    Book& b = t.Mutable(v);
+    while (!b.empty()) b.erase(b.end() - 1);
+    want[v].clear();
+    t.Retop(v);
+    EXPECT_EQ(t.top(v), -1);
+    EXPECT_EQ(t.summary(v), BookSummary{});
+  }
+  ASSERT_NO_FATAL_FAILURE(check("after the erases"));
+}
+
 }  // namespace
 }  // namespace laissez::market::engine_internal
