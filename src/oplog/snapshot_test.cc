@@ -314,5 +314,98 @@ TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndAnInvalidOneIsRefused) {
   }
 }
 
+// The books section must be the orders' (FindEntry trusts it and aborts on
+// a missing entry): a book listed twice, entries out of priority order, an
+// entry that differs from its order and an order without its entry are
+// refused by name at restore, the engine left as it was.
+TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
+  MarketEngine source;
+  NodeId n[2];
+  for (int i = 0; i < 2; ++i) {
+    topology::NodeInfo info{"n" + std::to_string(i), "gpu", "eu", "eu-1", "r1", "k1", {}};
+    auto added = source.AddNode(0, info);
+    ASSERT_TRUE(added.ok());
+    n[i] = *added;
+  }
+  auto holder = source.CreateTenant(0, "h", int64_t{1} << 50);
+  auto a = source.CreateTenant(0, "a", int64_t{1} << 50);
+  auto b = source.CreateTenant(0, "b", int64_t{1} << 50);
+  ASSERT_TRUE(holder.ok() && a.ok() && b.ok());
+  const VertexId leaf0 = source.topology().node(n[0]).leaf, leaf1 = source.topology().node(n[1]).leaf;
+  ASSERT_LT(leaf1.value, 128u);  // One-byte vertex ids below.
+  // The holder takes both nodes above the bids, so the bids rest: two
+  // entries at leaf 0 (a's first, its price higher), one at leaf 1.
+  ASSERT_TRUE(source.PlaceOrder(1, *holder, OrderSpec{leaf0, 5'000'000'000}).ok());
+  ASSERT_TRUE(source.PlaceOrder(1, *holder, OrderSpec{leaf1, 5'000'000'000}).ok());
+  const Price pa = 987'654'321, pb = 987'654'000, pc = 987'650'000;
+  ASSERT_TRUE(source.PlaceOrder(2, *a, OrderSpec{leaf0, pa}).ok());
+  auto ob = source.PlaceOrder(2, *b, OrderSpec{leaf0, pb});
+  ASSERT_TRUE(ob.ok());
+  ASSERT_TRUE(source.PlaceOrder(2, *a, OrderSpec{leaf1, pc}).ok());
+  const std::string image = source.Snapshot();
+  MarketEngine restored;
+  ASSERT_TRUE(restored.Restore(image).ok());
+
+  // An entry: price (5 bytes here), seq, slot, tenant and flags (1 byte each).
+  constexpr size_t kEntry = 9;
+  const std::string ea = Varint(pa), eb = Varint(pb), ec = Varint(pc);
+  ASSERT_EQ(ea.size() + 4, kEntry);
+  size_t at = std::string::npos;  // Leaf 0's book: its vertex, 2, a's entry, b's entry.
+  for (size_t p = image.find(ea, 20); p != std::string::npos; p = image.find(ea, p + 1)) {
+    if (image.compare(p + kEntry, eb.size(), eb) == 0 && image[p - 1] == 2 && image[p - 2] == char(leaf0.value)) at = p;
+  }
+  ASSERT_NE(at, std::string::npos) << "leaf 0's book not found in the image";
+  size_t at1 = std::string::npos;  // Leaf 1's book: its vertex, 1, the entry.
+  for (size_t p = image.find(ec, 20); p != std::string::npos; p = image.find(ec, p + 1)) {
+    if (image[p - 1] == 1 && image[p - 2] == char(leaf1.value)) at1 = p;
+  }
+  ASSERT_NE(at1, std::string::npos) << "leaf 1's book not found in the image";
+
+  MarketEngine target;
+  const std::string before = target.Snapshot();
+  auto refused = [&](const std::string& bad, const std::string& words) {
+    Status st = target.Restore(Resealed(bad));
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+    EXPECT_NE(st.message().find(words), std::string::npos) << "want '" << words << "', got " << st.ToString();
+    EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+  };
+  const std::string book0 = "books: book at vertex " + std::to_string(leaf0.value) + ": ";
+  {  // Leaf 1's book claims leaf 0's vertex.
+    std::string bad = image;
+    bad[at1 - 2] = char(leaf0.value);
+    refused(bad, book0 + "listed twice");
+  }
+  {  // a's and b's entries swapped.
+    std::string bad = image;
+    bad.replace(at, kEntry, image, at + kEntry, kEntry);
+    bad.replace(at + kEntry, kEntry, image, at, kEntry);
+    refused(bad, book0 + "entry 1 (order slot ");
+    refused(bad, "out of priority order");
+  }
+  {  // a's entry names another tenant.
+    std::string bad = image;
+    bad[at + 7] = static_cast<char>(bad[at + 7] ^ 0x3);
+    refused(bad, book0 + "entry 0 (order slot ");
+    refused(bad, "price, seq, flags or tenant differ from the order's");
+  }
+  {  // The two books' vertices swapped: a's entry at leaf 1 is not its order's book.
+    std::string bad = image;
+    bad[at - 2] = char(leaf1.value);
+    bad[at1 - 2] = char(leaf0.value);
+    refused(bad, "books: book at vertex " + std::to_string(leaf1.value) + ": entry 0 (order slot ");
+    refused(bad, "the order is not in the book at this vertex");
+  }
+  {  // b's entry dropped: the order is in its book without an entry.
+    std::string bad = image;
+    bad[at - 1] = 1;
+    bad.erase(at + kEntry, kEntry);
+    refused(bad, "order " + std::to_string(ob->value) + " (slot ");
+    refused(bad, "is in the book at vertex " + std::to_string(leaf0.value) + " but has no entry there");
+  }
+  // The good image still loads into the same engine afterwards.
+  ASSERT_TRUE(target.Restore(image).ok());
+  EXPECT_EQ(target.Snapshot(), image);
+}
+
 }  // namespace
 }  // namespace laissez::oplog

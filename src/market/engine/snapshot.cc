@@ -752,21 +752,51 @@ Status MarketEngine::Restore(std::string_view image) {
   }
   r.F(m.unmatchable_);
   r.section = "books";
+  // The books must be the orders' (FindEntry trusts them): one book per
+  // vertex, its entries in priority order, each the entry of an order that
+  // is in the book at that vertex with the same price, seq, flags and
+  // tenant, and every such order with an entry (a second one would break
+  // the strict priority order or sit at another vertex).
   size_t books = r.Count();
+  std::vector<bool> entered(m.orders_.size());  // Order slots with an entry read.
   for (size_t i = 0; i < books && r.ok(); ++i) {
     uint32_t v = r.Index(vertices, "book vertex");
     size_t entries = r.Count();
+    if (!r.ok()) break;
+    const std::string where = "book at vertex " + Num(v) + ": ";
     if (entries > kMaxOrderSlots) {
-      r.Fail("book at vertex " + Num(v) + ": " + Num(entries) + " entries, more than the order slots");
+      r.Fail(where + Num(entries) + " entries, more than the order slots");
       break;
     }
+    if (entries == 0) r.Fail(where + "empty (only non-empty books are written)");
+    else if (!m.books_[v].empty()) r.Fail(where + "listed twice");
+    if (!r.ok()) break;
     Book& b = m.books_.Mutable(v);
     b.assign_empty(entries);
-    for (BookEntry& e : b) {
+    for (size_t k = 0; k < entries && r.ok(); ++k) {
+      BookEntry& e = b.begin()[k];
       e = Read<BookEntry>(r);
-      if (e.slot >= m.orders_.size()) r.Fail("book entry slot out of range");
+      if (!r.ok()) break;
+      if (e.slot >= m.orders_.size()) {
+        r.Fail(where + "entry slot " + Num(e.slot) + " out of range (" + Num(m.orders_.size()) + " order slots)");
+        break;
+      }
+      const Order& o = m.orders_[e.slot];
+      const std::string entry = where + "entry " + Num(k) + " (order slot " + Num(e.slot) + ", order " + Num(o.id.value) + "): ";
+      if (k > 0 && !BookLess(b.begin()[k - 1], e)) r.Fail(entry + "out of priority order (price descending, then seq ascending)");
+      else if (!o.in_book || !o.eff_scope.valid() || o.eff_scope.value != v) r.Fail(entry + "the order is not in the book at this vertex");
+      else if (e.price != o.effective || e.seq != o.seq || e.flags != o.book_flags || e.tenant != o.tenant.value) {
+        r.Fail(entry + "price, seq, flags or tenant differ from the order's");
+      }
+      entered[e.slot] = true;
     }
     if (r.ok()) m.books_.Retop(v);
+  }
+  for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
+    const Order& o = m.orders_[slot];
+    if (o.in_book && o.eff_scope.valid() && !entered[slot]) {
+      r.Fail("order " + Num(o.id.value) + " (slot " + Num(slot) + ") is in the book at vertex " + Num(o.eff_scope.value) + " but has no entry there");
+    }
   }
   r.section = "anchors";
   size_t anchors = r.Count();
