@@ -763,13 +763,13 @@ Status MarketEngine::Restore(std::string_view image) {
     uint32_t v = r.Index(vertices, "book vertex");
     size_t entries = r.Count();
     if (!r.ok()) break;
-    const std::string where = "book at vertex " + Num(v) + ": ";
+    auto where = [&] { return "book at vertex " + Num(v) + ": "; };  // Built only for an error.
     if (entries > kMaxOrderSlots) {
-      r.Fail(where + Num(entries) + " entries, more than the order slots");
+      r.Fail(where() + Num(entries) + " entries, more than the order slots");
       break;
     }
-    if (entries == 0) r.Fail(where + "empty (only non-empty books are written)");
-    else if (!m.books_[v].empty()) r.Fail(where + "listed twice");
+    if (entries == 0) r.Fail(where() + "empty (only non-empty books are written)");
+    else if (!m.books_[v].empty()) r.Fail(where() + "listed twice");
     if (!r.ok()) break;
     Book& b = m.books_.Mutable(v);
     b.assign_empty(entries);
@@ -778,16 +778,17 @@ Status MarketEngine::Restore(std::string_view image) {
       e = Read<BookEntry>(r);
       if (!r.ok()) break;
       if (e.slot >= m.orders_.size()) {
-        r.Fail(where + "entry slot " + Num(e.slot) + " out of range (" + Num(m.orders_.size()) + " order slots)");
+        r.Fail(where() + "entry slot " + Num(e.slot) + " out of range (" + Num(m.orders_.size()) + " order slots)");
         break;
       }
       const Order& o = m.orders_[e.slot];
-      const std::string entry = where + "entry " + Num(k) + " (order slot " + Num(e.slot) + ", order " + Num(o.id.value) + "): ";
-      if (k > 0 && !BookLess(b.begin()[k - 1], e)) r.Fail(entry + "out of priority order (price descending, then seq ascending)");
-      else if (!o.in_book || !o.eff_scope.valid() || o.eff_scope.value != v) r.Fail(entry + "the order is not in the book at this vertex");
+      const char* why = nullptr;
+      if (k > 0 && !BookLess(b.begin()[k - 1], e)) why = "out of priority order (price descending, then seq ascending)";
+      else if (!o.in_book || !o.eff_scope.valid() || o.eff_scope.value != v) why = "the order is not in the book at this vertex";
       else if (e.price != o.effective || e.seq != o.seq || e.flags != o.book_flags || e.tenant != o.tenant.value) {
-        r.Fail(entry + "price, seq, flags or tenant differ from the order's");
+        why = "price, seq, flags or tenant differ from the order's";
       }
+      if (why) r.Fail(where() + "entry " + Num(k) + " (order slot " + Num(e.slot) + ", order " + Num(o.id.value) + "): " + why);
       entered[e.slot] = true;
     }
     if (r.ok()) m.books_.Retop(v);
