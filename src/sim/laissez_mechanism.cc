@@ -278,6 +278,17 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     (void)t.adapter->Remove(t.request);
     Drain();
     t.active = false;
+    // A finished tenant's adapter has no request left: later events find no
+    // owner in it, so it is dropped (with its client, strategy and listener)
+    // after its count of Price() calls is kept. The week's finished tenants
+    // otherwise stay on the heap beside the running ones (issue 12).
+    finished_price_calls_ += t.adapter->stats().price_calls;
+    t.adapter.reset();
+    t.listener.reset();
+    t.strategy.reset();
+    t.client.reset();
+    t.noticed = {};
+    t.yielding = {};
   }
 
   void OnYield(uint32_t job) override {
@@ -391,7 +402,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   }
 
   void Finish(RunResult* r) override {
-    uint64_t calls = 0;
+    uint64_t calls = finished_price_calls_;
     for (size_t j = 0; j < tenants_.size(); ++j) {
       Tenant& t = tenants_[j];
       if (!t.id.valid()) continue;
@@ -411,6 +422,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   std::vector<VertexId> type_root_;
   std::vector<std::pair<int, PolicyId>> row_policies_;  // (row index, its power-cap policy).
   std::vector<market::Event> pending_;
+  uint64_t finished_price_calls_ = 0;  // Price() calls of the tenants dropped by OnFinished.
 };
 
 void JobListener::OnNodeGained(sdk::RequestId, NodeId node, Price) { sim_->Gained(job_, node.value); }
