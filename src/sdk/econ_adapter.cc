@@ -98,14 +98,17 @@ Result<RequestId> EconAdapter::Add(Request request) {
   if (request.mixed_types && request.gang)
     return InvalidArgument("mixed_types: a gang runs on one type; set gang = false to mix types");
   RequestState rs;
+  rs.priced.reserve(request.options.size());
   for (const NodeSpec& o : request.options) {
     if (o.node_type.empty()) return InvalidArgument("options.node_type: must not be empty");
     auto scope = ScopeOf(o);
     if (!scope.ok()) return scope.status();
-    rs.scopes.push_back(*scope);
+    rs.priced.push_back(PricedOption{*scope, o.locality, o.rel_to, o});
   }
+  // Allocated now, beside the options: a round reads both (issue 12). A
+  // large request grows its list as nodes arrive instead.
+  rs.nodes.reserve(std::min<uint32_t>(request.count, 64));
   RequestId id = next_id_++;
-  rs.priced = request.options;
   rs.request = std::move(request);
   requests_.emplace(id, std::move(rs));
   dirty_ = true;
@@ -392,13 +395,13 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
     for (HeldNode& h : rs.nodes) {
       const int option = h.option >= 0 ? h.option : rs.option;
       if (option < 0) continue;
-      const size_t o = static_cast<size_t>(option);
-      NodeSpec& spec = rs.priced[o];
-      spec.locality = rs.request.options[o].locality;
-      spec.rel_to = rs.request.options[o].rel_to;
+      PricedOption& po = rs.priced[static_cast<size_t>(option)];
+      NodeSpec& spec = po.spec;
+      spec.locality = po.locality;
+      spec.rel_to = po.rel_to;
       spec.held = h.node;
       spec.count = 1;
-      OrderBookView view(client_, rs.scopes[o], h.node, h.limit, held, rs.request.count, &reads_);
+      OrderBookView view(client_, po.scope, h.node, h.limit, held, rs.request.count, &reads_);
       ++stats_.price_calls;
       std::optional<Price> limit = strategy_->Price(spec, view);
       reprice_at_ = std::min(reprice_at_, strategy_->NextChange(spec, view.now()));
@@ -433,12 +436,13 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
   Price best_bid = 0;
   bool best_obtainable = false;
   Price best_surplus = 0;
-  const size_t n_options = rs.request.options.size();
+  const size_t n_options = rs.priced.size();
   for (size_t i = 0; i < n_options; ++i) {
     if (held > 0 && !rs.request.mixed_types && static_cast<int>(i) != rs.option) continue;
-    NodeSpec& spec = rs.priced[i];
-    spec.locality = rs.request.options[i].locality;
-    spec.rel_to = rs.request.options[i].rel_to;
+    PricedOption& po = rs.priced[i];
+    NodeSpec& spec = po.spec;
+    spec.locality = po.locality;
+    spec.rel_to = po.rel_to;
     spec.count = missing;
     spec.held = NodeId();
     if (spec.locality != market::Locality::kAny && !spec.rel_to.valid()) {
@@ -448,7 +452,7 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
         spec.locality = market::Locality::kAny;  // Nothing to be near yet.
       }
     }
-    OrderBookView view(client_, rs.scopes[i], NodeId(), 0, held, rs.request.count, &reads_);
+    OrderBookView view(client_, po.scope, NodeId(), 0, held, rs.request.count, &reads_);
     ++stats_.price_calls;
     std::optional<Price> bid = strategy_->Price(spec, view);
     reprice_at_ = std::min(reprice_at_, strategy_->NextChange(spec, view.now()));
@@ -471,8 +475,8 @@ Status EconAdapter::RepriceRequest(RequestId id, RequestState& rs) {
     return first;
   }
   // The priced spec of the best option keeps its anchoring (locality, rel_to).
-  const NodeSpec& best_spec = rs.priced[static_cast<size_t>(best)];
-  const VertexId best_scope = rs.scopes[static_cast<size_t>(best)];
+  const NodeSpec& best_spec = rs.priced[static_cast<size_t>(best)].spec;
+  const VertexId best_scope = rs.priced[static_cast<size_t>(best)].scope;
   if (best != rs.option) {
     note(CancelAll(rs));
     rs.option = best;

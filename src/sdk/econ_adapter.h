@@ -190,10 +190,18 @@ class EconAdapter {
     Price price = 0;
     int option = -1;  // The request option it was placed on.
   };
+  // One option of a request as the re-pricing round uses it: its scope, its
+  // declared anchoring and the spec handed to Price(), side by side so a
+  // round reads one buffer per request, not three (issue 12).
+  struct PricedOption {
+    VertexId scope;
+    market::Locality locality = market::Locality::kAny;  // As declared in request.options.
+    NodeId rel_to;                                       // As declared in request.options.
+    NodeSpec spec;                                       // Handed to Price(); its anchoring is re-set per call.
+  };
   struct RequestState {
     Request request;
-    std::vector<VertexId> scopes;   // Parallel to request.options.
-    std::vector<NodeSpec> priced;   // Parallel to request.options: the specs handed to Price().
+    std::vector<PricedOption> priced;  // Parallel to request.options.
     std::vector<HeldNode> nodes;   // In acquisition order.
     int option = -1;               // Index of the option held or bid on; -1: none.
     std::vector<OpenOrder> orders; // Open orders for the missing nodes (one gang, or singles).
