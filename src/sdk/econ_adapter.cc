@@ -193,6 +193,33 @@ Status EconAdapter::Yield(RequestId id, NodeId node) {
   return client_->Relinquish(node);
 }
 
+namespace {
+// Fetches the cache lines of [p, p + bytes), at most four.
+void FetchLines(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes && off < 4 * 64; off += 64) __builtin_prefetch(c + off);
+}
+}  // namespace
+
+void EconAdapter::Prefetch(int level) const {
+  if (level == 0) {
+    FetchLines(this, sizeof(*this));
+    return;
+  }
+  if (requests_.empty()) return;
+  const auto& entry = *requests_.begin();
+  if (level == 1) {
+    FetchLines(&entry, sizeof(entry));
+    FetchLines(client_, 64);
+    FetchLines(strategy_, 64);
+    if (!reads_.quotes.empty()) FetchLines(reads_.quotes.data(), reads_.quotes.size() * sizeof(reads_.quotes[0]));
+    return;
+  }
+  const RequestState& rs = entry.second;
+  if (!rs.priced.empty()) FetchLines(rs.priced.data(), rs.priced.size() * sizeof(PricedOption));
+  if (!rs.nodes.empty()) FetchLines(rs.nodes.data(), rs.nodes.size() * sizeof(HeldNode));
+}
+
 const EconAdapter::RequestState* EconAdapter::request(RequestId id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : &it->second;

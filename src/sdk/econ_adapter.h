@@ -234,6 +234,14 @@ class EconAdapter {
   // a call the market rejected; the other requests are still processed.
   Status Reprice();
 
+  // A hint for a driver that re-prices many adapters in turn (the simulator's
+  // tick, issue 12): asks the CPU to fetch what the next NeedsReprice() and
+  // Reprice() read first, one level of pointers deeper per `level`: 0 the
+  // adapter itself, 1 (after 0) its first request, client, strategy and read
+  // list, 2 (after 1) that request's option and held-node buffers. Each level
+  // reads only what the previous one fetched; nothing changes.
+  void Prefetch(int level) const;
+
   const RequestState* request(RequestId id) const;
   std::optional<RequestId> RequestOf(NodeId node) const;
   uint32_t held_count() const;
