@@ -224,15 +224,7 @@ class SqliteStore final : public Store {
   Status AfterCommit(bool idle) override {
     std::lock_guard lock(mu_);
     if (wal_pages_ < kCheckpointPages || (!idle && wal_pages_ < 4 * kCheckpointPages)) return Status::Ok();
-    // PASSIVE on the committing connection, between commits: no frame is
-    // being added, so (with no reader in another process) it copies every
-    // frame, and the next commit starts the log over from its beginning.
-    int log = 0, copied = 0;
-    if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied) != SQLITE_OK) {
-      return Error("checkpoint");
-    }
-    wal_pages_ = log - copied;
-    return Status::Ok();
+    return CheckpointLocked();
   }
 
   Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) override {
@@ -314,7 +306,14 @@ class SqliteStore final : public Store {
       st = Exec(drop.c_str());
     }
     if (st.ok()) st = Exec("COMMIT");
-    if (!st.ok()) (void)Exec("ROLLBACK");
+    if (!st.ok()) {
+      (void)Exec("ROLLBACK");
+      return st;
+    }
+    // The image's pages are in the log now; copy them here, on the snapshot
+    // thread, so the next journal commit's AfterCommit does not meet a log
+    // of image pages and copy them on the acknowledgement path.
+    if (wal_pages_ >= kCheckpointPages) return CheckpointLocked();
     return st;
   }
 
@@ -351,6 +350,18 @@ class SqliteStore final : public Store {
              : std::string();
   }
   // After every commit (inside it): the write-ahead log's length in pages.
+  // A PASSIVE checkpoint on the committing connection, between commits (mu_
+  // held): no frame is being added, so (with no reader in another process)
+  // it copies every frame, and the next commit starts the log over.
+  Status CheckpointLocked() {
+    int log = 0, copied = 0;
+    if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied) != SQLITE_OK) {
+      return Error("checkpoint");
+    }
+    wal_pages_ = log - copied;
+    return Status::Ok();
+  }
+
   static int WalHook(void* self, sqlite3*, const char*, int pages) {
     static_cast<SqliteStore*>(self)->wal_pages_ = pages;
     return SQLITE_OK;
