@@ -312,8 +312,10 @@ class SqliteStore final : public Store {
     }
     // The image's pages are in the log now; copy them here, on the snapshot
     // thread, so the next journal commit's AfterCommit does not meet a log
-    // of image pages and copy them on the acknowledgement path.
-    if (wal_pages_ >= kCheckpointPages) return CheckpointLocked();
+    // of image pages and copy them on the acknowledgement path. The snapshot
+    // is committed either way: a failed checkpoint leaves the log long, and
+    // AfterCommit tries again (and reports a failure) after the next commit.
+    if (wal_pages_ >= kCheckpointPages) (void)CheckpointLocked();
     return st;
   }
 
