@@ -606,6 +606,11 @@ int RunBenchServer(const BenchFlags& b) {
     uint64_t order = 0;
     std::vector<double> lat_ms;
     uint64_t errors = 0;
+    std::string first_error;  // What the first error was (an error count alone cannot be diagnosed).
+    void Error(uint64_t n, const std::string& what) {
+      errors += n;
+      if (first_error.empty() && n > 0) first_error = what;
+    }
   };
   std::vector<Worker> workers(static_cast<size_t>(b.tenants));
   for (int i = 0; i < b.tenants; ++i) {
@@ -682,7 +687,7 @@ int RunBenchServer(const BenchFlags& b) {
               w.lat_ms.push_back(std::chrono::duration<double, std::milli>(e - s).count());
               continue;
             }
-            ++w.errors;
+            w.Error(1, "UpdateOrder: code " + std::to_string(g.error_code()) + ": " + g.error_message());
             if (g.error_code() == grpc::StatusCode::UNAVAILABLE) {
               failure = g.error_message();
               break;
@@ -696,6 +701,7 @@ int RunBenchServer(const BenchFlags& b) {
           std::vector<std::chrono::steady_clock::time_point> sent(ring);
           uint64_t next = 0, acked = 0;
           bool writing = true;
+          bool write_failed = false;
           std::string refused;  // A follower's (or stepped-down replica's) UNAVAILABLE: go elsewhere.
           // One thread sends and reads: the thread that reads an ack refills
           // the window (a second thread would add a wake-up to every round trip).
@@ -722,7 +728,10 @@ int RunBenchServer(const BenchFlags& b) {
                 sent[next % ring] = now;
                 ++next;
               }
-              if (!stream->Write(q)) writing = false;
+              if (!stream->Write(q)) {
+                writing = false;
+                write_failed = true;
+              }
             }
           };
           refill();
@@ -731,7 +740,7 @@ int RunBenchServer(const BenchFlags& b) {
             auto now = std::chrono::steady_clock::now();
             // A message of several updates is answered with one ack per update.
             auto one = [&](const pb::UpdateOrderResponse& a) {
-              if (a.code() != 0) ++w.errors;
+              if (a.code() != 0) w.Error(1, "ack of update " + std::to_string(a.tag()) + ": code " + std::to_string(a.code()) + ": " + a.message());
               else w.lat_ms.push_back(std::chrono::duration<double, std::milli>(now - sent[a.tag() % ring]).count());
               ++acked;
               if (a.code() == static_cast<int>(grpc::StatusCode::UNAVAILABLE) && refused.empty()) refused = a.message();
@@ -747,7 +756,10 @@ int RunBenchServer(const BenchFlags& b) {
           grpc::Status g = stream->Finish();
           if (!g.ok()) failure = g.error_message();
           if (!refused.empty()) failure = refused;
-          w.errors += next - acked;  // Sent, never acknowledged: the next stream sends new updates.
+          // Sent, never acknowledged: the next stream sends new updates.
+          w.Error(next - acked, std::to_string(next - acked) + " updates sent and never acknowledged; the stream ended with code " +
+                                    std::to_string(g.error_code()) + (g.ok() ? "" : ": " + g.error_message()) +
+                                    (write_failed ? " (a write of the stream failed)" : ""));
         }
         if (failure.empty()) break;
         eps.Next(failure);
@@ -767,9 +779,11 @@ int RunBenchServer(const BenchFlags& b) {
   double cpu_s = cpu(ru1) - cpu(ru0);
   std::vector<double> all;
   uint64_t errors = 0;
+  std::string first_error;
   for (auto& w : workers) {
     all.insert(all.end(), w.lat_ms.begin(), w.lat_ms.end());
     errors += w.errors;
+    if (first_error.empty()) first_error = w.first_error;
   }
   std::sort(all.begin(), all.end());
   auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * static_cast<double>(all.size())))]; };
@@ -786,6 +800,7 @@ int RunBenchServer(const BenchFlags& b) {
               {"seconds", wall},
               {"acknowledged", all.size()},
               {"errors", errors},
+              {"first_error", first_error},
               {"loadgen_cpu_cores", cpu_s / wall},
               {"loadgen_cpu_share", cpu_s / wall / static_cast<double>(cores)},
               {"machine_cores", cores}};
@@ -797,6 +812,7 @@ int RunBenchServer(const BenchFlags& b) {
                 out["mode"].get<std::string>().c_str(), out["batch"].get<int>(), b.tenants, wall, out["updates_per_sec"].get<double>(),
                 pct(0.5), pct(0.99), static_cast<unsigned long long>(errors), cpu_s / wall,
                 100 * cpu_s / wall / static_cast<double>(cores));
+    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
   }
   return 0;
 }
