@@ -87,7 +87,8 @@ struct WireEvent {
   std::string cancel_reason;
 };
 
-// A watch stream's queue. Filled by the committer, drained by one stream thread.
+// A watch stream's queue. Filled by the committing thread (the committer, or
+// the writer when it commits its own batch), drained by one stream thread.
 class Subscription {
  public:
   // Operator view: every event with names. Tenant view: the tenant's own events

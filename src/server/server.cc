@@ -400,8 +400,9 @@ class Server::Services {
     }
 
     // UpdateOrder runs on gRPC's callback API like StreamUpdates: the request
-    // is queued from gRPC's thread and the committer finishes the call once
-    // the update is durable. A synchronous handler here left the server mixed
+    // is queued from gRPC's thread and the committing thread (the committer, or
+    // the writer when it commits its own batch) finishes the call once the
+    // update is durable. A synchronous handler here left the server mixed
     // (synchronous and callback), and a unary update then waited about 100 ms
     // now and then (a p999 of ~100 ms, issue 12): gRPC 1.51's callback
     // threads, idle for a second while only synchronous calls ran, sleep
@@ -427,7 +428,7 @@ class Server::Services {
         return reactor;
       }
       r->set_tag(q->tag());
-      // Set on the writer thread; read by the committer after the commit.
+      // Set on the writer thread; read by the committing thread after the commit.
       auto result = std::make_shared<std::optional<Status>>();
       Principal p = *std::move(admitted);
       std::string actor = p.Actor();
@@ -487,8 +488,9 @@ class Server::Services {
 
     // StreamUpdates runs on gRPC's callback API, one reactor per stream: a
     // completed read submits its updates to the writer queue from gRPC's own
-    // thread, and the committer that makes them durable starts the write of
-    // their ack itself. (The synchronous handler it replaces handed every ack
+    // thread, and the committing thread that makes them durable (the committer,
+    // or the writer when it commits its own batch) starts the write of their
+    // ack itself. (The synchronous handler it replaces handed every ack
     // to a writer thread of its own per stream: one more wake-up per round
     // trip, issue 12.)
     grpc::ServerBidiReactor<pb::UpdateOrderRequest, pb::UpdateOrderResponse>* StreamUpdates(
@@ -645,7 +647,7 @@ class Server::Services {
                 it.status = token.ok() ? Update(w, *p, it.order, it.price) : token;
               }
             },
-            // On the committer thread, once the message's records are durable.
+            // On the committing thread, once the message's records are durable.
             [this, m, start](const Status& durable) {
               auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
                             .count();

@@ -351,7 +351,6 @@ class SqliteStore final : public Store {
     return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, col)))
              : std::string();
   }
-  // After every commit (inside it): the write-ahead log's length in pages.
   // A PASSIVE checkpoint on the committing connection, between commits (mu_
   // held): no frame is being added, so (with no reader in another process)
   // it copies every frame, and the next commit starts the log over.
@@ -364,6 +363,7 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
+  // After every commit (inside it): the write-ahead log's length in pages.
   static int WalHook(void* self, sqlite3*, const char*, int pages) {
     static_cast<SqliteStore*>(self)->wal_pages_ = pages;
     return SQLITE_OK;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `laissez bench server` for half a second per transport against a fresh
-# server: one JSON document with the documented fields, durable acks, no
-# errors and an empty first_error. Not a speed test.
+# server: one JSON document with the documented fields, acknowledged
+# updates, no errors and an empty first_error. Not a speed test (nor a
+# durability test: crash_recovery is).
 set -euo pipefail
 build=""
 while [ $# -gt 0 ]; do
@@ -40,7 +41,6 @@ for k in ("updates_per_sec", "p50_ms", "p99_ms", "p999_ms", "durable", "mode", "
           "seconds", "acknowledged", "errors", "first_error", "loadgen_cpu_cores", "loadgen_cpu_share", "machine_cores"):
     assert k in d, f"missing field {k}: {d}"
 assert d["mode"] == want, d["mode"]
-assert d["durable"] is True, d
 assert d["acknowledged"] > 0 and d["updates_per_sec"] > 0, d
 assert d["errors"] == 0 and d["first_error"] == "", d
 assert 0 < d["p50_ms"] <= d["p99_ms"] <= d["p999_ms"], d

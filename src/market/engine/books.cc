@@ -41,7 +41,9 @@ void MarketEngine::Impl::EnsureIndex() {
 
 // Re-keys node n in its type's tree; marks candidates if its obtain price fell.
 void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
-  if (!refreshing_decay_) DecayInputsChanged(n);
+  // Only a decaying node has a crossing (StartDecay and StopDecay mark the
+  // node themselves), so a limit change on a held node leaves the cache alone.
+  if (!refreshing_decay_ && nodes_[n.value].decaying) DecayInputsChanged(n);
   if (index_generation_ != topo_.generation()) {
     // The index is rebuilt lazily with fresh keys; the change must still wake
     // orders and mark vertices, whether or not a query rebuilt it meanwhile.

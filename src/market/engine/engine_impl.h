@@ -1030,7 +1030,7 @@ class MarketEngine::Impl {
   // the highest one until the floor reaches it. So each node's crossing holds
   // until then, or until one of its inputs changes: a book above it (the
   // books' recent changes; more than BookTable::kRecent since the last look
-  // recompute every node), its own state (RefreshNode outside RefreshDecay,
+  // recompute every node), its own state (RefreshNode of a decaying node outside RefreshDecay,
   // whose re-keying only follows time; decay starting or stopping), the
   // topology (its generation), or the parameters (SetParams). Each node's
   // crossing is cached in decay_cross_, and the minimum over them in
@@ -1064,11 +1064,11 @@ class MarketEngine::Impl {
   // True if a book changed in Mutable calls (from, to] at a vertex above node i.
   bool BookChangedAbove(uint32_t i, uint64_t from, uint64_t to) const {
     if (from == to) return false;
-    const topology::Node& node = topo_.node(NodeId(i));
+    const TypeId type = nodes_[i].type;
     uint32_t leaf = topo_.LeafIndex(NodeId(i));
     for (uint64_t g = from + 1; g <= to; ++g) {
       VertexId v(books_.changed_at(g));
-      if (V(v).type != node.type) continue;
+      if (V(v).type != type) continue;
       auto [lo, hi] = topo_.Range(v);
       if (lo <= leaf && leaf < hi) return true;
     }
