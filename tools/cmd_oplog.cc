@@ -198,13 +198,15 @@ struct GenLogArgs {
 
 // Writes the seeded generator's log (src/oplog/random_log.h): the logs the replay tests and
 // docs/PERFORMANCE.md's replay figures use, reproducible from the command line.
+// The output is opened before the log is generated, so a bad --out fails at once rather
+// than after the generation (seconds for a large log).
 int RunGenLog(const GenLogArgs& a) {
-  std::string text = oplog::RandomLogText(a.options);
   std::FILE* f = OpenOut(a.out);
   if (f == nullptr) {
     std::cerr << "gen-log: --out: cannot open " << a.out << " (" << std::strerror(errno) << ")\n";
     return 1;
   }
+  std::string text = oplog::RandomLogText(a.options);
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = (f == stdout ? std::fflush(f) == 0 : std::fclose(f) == 0) && ok;
   if (!ok) {

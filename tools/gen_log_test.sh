@@ -37,4 +37,10 @@ for bad in "--nodes 0" "--tenants 0" "--operator-permille 1001" "--bad-permille 
 done
 if "$laissez" gen-log --out "$dir/no/such/dir/x.oplog" 2> "$dir/err"; then fail "an unwritable --out was accepted"; fi
 grep -q -- "--out" "$dir/err" || fail "unwritable --out: the error does not name --out"
+# The output is opened before the log is generated: with the largest log (minutes of CPU
+# to generate) and a CPU limit of 10 s, a bad --out is still refused naming --out.
+if (ulimit -t 10; "$laissez" gen-log --operations 10000000 --out "$dir/no/such/dir/x.oplog") 2> "$dir/err"; then
+  fail "an unwritable --out was accepted (largest log)"
+fi
+grep -q -- "--out" "$dir/err" || fail "unwritable --out (largest log): refused late, not naming --out: $(cat "$dir/err")"
 echo "gen-log: all checks passed"
