@@ -233,7 +233,7 @@ std::vector<Event> EveryEvent() {
 }
 
 TEST(OplogCodec, EveryEventTypeRoundTrips) {
-  std::vector<bool> seen(14, false);
+  std::vector<bool> seen(static_cast<int>(EventType::kNodeRemoved) + 1, false);
   for (const Event& e : EveryEvent()) {
     seen[static_cast<int>(e.type)] = true;
     std::string line = EncodeEvent(e);
@@ -244,6 +244,13 @@ TEST(OplogCodec, EveryEventTypeRoundTrips) {
     EXPECT_EQ(EncodeEvent(*back), line);
   }
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_TRUE(seen[i]) << "event type " << i << " not covered";
+}
+
+// An event type outside the enum is a broken invariant, not a line to write.
+TEST(OplogCodecDeathTest, EventTypeOutsideTheEnumAborts) {
+  Event e;
+  e.type = static_cast<EventType>(static_cast<int>(EventType::kNodeRemoved) + 1);
+  EXPECT_DEATH(EncodeEvent(e), "CHECK failed");
 }
 
 TEST(OplogCodec, EventExample) {
