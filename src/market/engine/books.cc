@@ -77,7 +77,7 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   if (wake) AddCandidatesAbove(n, now_obtain);
-  if (options_.price_events) TouchAncestors(topo_.node(n).leaf);
+  if (options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
 
 void MarketEngine::Impl::Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf,

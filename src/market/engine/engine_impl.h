@@ -653,6 +653,11 @@ class MarketEngine::Impl {
   bool has_power_policy_ = false;
   std::vector<Price> last_quote_;  // For price events.
   std::vector<uint8_t> vertex_touched_;
+  // Per vertex, the leaf whose obtain price was its last quote (UINT32_MAX: none);
+  // valid while the vertex is not touched, once every vertex has been quoted
+  // (quote_leaf_known_). Not in snapshots: a restored engine starts unknown.
+  std::vector<uint32_t> quote_leaf_;
+  bool quote_leaf_known_ = false;
   std::vector<uint32_t> touched_vertices_;
   std::vector<VertexId> anc_scratch_;
   std::vector<uint32_t> decaying_;  // Nodes with a decay_state_ entry.
@@ -1094,6 +1099,7 @@ class MarketEngine::Impl {
   // Out of line: inlined, they made RefreshNode's every call dearer.
   void TouchVertex(VertexId v);
   void TouchAncestors(VertexId v);
+  void TouchRekeyed(const TypeIndex& ix, uint32_t leaf, VertexId v);
   void SizeTouched() {
     if (vertex_touched_.size() < topo_.vertex_count()) vertex_touched_.resize(topo_.vertex_count(), 0);
   }
@@ -1105,7 +1111,9 @@ class MarketEngine::Impl {
   }
   void EmitPriceChanges();
   Price QuoteOf(VertexId v);
-  Price IndexedQuote(VertexId v) const;  // QuoteOf with the index known to be current.
+  // QuoteOf with the index known to be current; `winner` (if given) gets the
+  // leaf whose obtain price it is (UINT32_MAX for none).
+  Price IndexedQuote(VertexId v, uint32_t* winner = nullptr) const;
 
   // ---------------------------------------------------------------- the instant (instant.cc)
   // Runs everything due at now_ until nothing changes (DESIGN.md 3b "One instant").

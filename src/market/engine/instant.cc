@@ -27,9 +27,33 @@ void MarketEngine::Impl::TouchAncestors(VertexId v) {
   for (; v.valid(); v = V(v).parent) MarkTouched(v.value);
 }
 
+// The ancestors of a re-keyed leaf whose quote may have moved (issue 12: most
+// re-keys of decaying nodes move no quote above them). An untouched vertex
+// keeps the winner of its last quote while no key in its range changes, since
+// every key change outside a rebuild (which touches every vertex) comes
+// through here. So if that winner w is another leaf that beats this one, the
+// vertex's quote stands and it is not touched; nor is any vertex above it: an
+// untouched ancestor's winner beats w (its range holds w's) and is not this
+// leaf (which would then have won below too). Before every vertex has been
+// quoted once (quote_leaf_known_), all the ancestors are touched.
+void MarketEngine::Impl::TouchRekeyed(const TypeIndex& ix, uint32_t leaf, VertexId v) {
+  if (!quote_leaf_known_) {
+    TouchAncestors(v);
+    return;
+  }
+  SizeTouched();
+  for (; v.valid(); v = V(v).parent) {
+    if (vertex_touched_[v.value]) continue;
+    uint32_t w = v.value < quote_leaf_.size() ? quote_leaf_[v.value] : UINT32_MAX;
+    if (w != UINT32_MAX && w != leaf && LeafLess(ix, w, leaf)) return;
+    MarkTouched(v.value);
+  }
+}
+
 void MarketEngine::Impl::EmitPriceChanges() {
   EnsureIndex();  // A rebuild marks vertices itself: do it before reading the list.
   if (last_quote_.size() < topo_.vertex_count()) last_quote_.resize(topo_.vertex_count(), kInfPrice);
+  if (quote_leaf_.size() < topo_.vertex_count()) quote_leaf_.resize(topo_.vertex_count(), UINT32_MAX);
   // In ascending vertex order. When a good share of the vertices is touched
   // (a time step re-keys decaying nodes all over the tree), a scan of the
   // flags lists them in order for less than sorting the list (issue 12).
@@ -43,7 +67,7 @@ void MarketEngine::Impl::EmitPriceChanges() {
   }
   for (uint32_t v : touched_vertices_) {
     vertex_touched_[v] = 0;
-    Price q = IndexedQuote(VertexId(v));  // The index is current (above).
+    Price q = IndexedQuote(VertexId(v), &quote_leaf_[v]);  // The index is current (above).
     if (q != last_quote_[v]) {
       last_quote_[v] = q;
       Event e;
@@ -53,6 +77,8 @@ void MarketEngine::Impl::EmitPriceChanges() {
       Emit(e);
     }
   }
+  // Every vertex quoted in this flush (after a rebuild, say): each has its winner.
+  if (touched_vertices_.size() == topo_.vertex_count()) quote_leaf_known_ = true;
   touched_vertices_.clear();
 }
 
@@ -61,10 +87,11 @@ Price MarketEngine::Impl::QuoteOf(VertexId v) {
   return IndexedQuote(v);
 }
 
-Price MarketEngine::Impl::IndexedQuote(VertexId v) const {
+Price MarketEngine::Impl::IndexedQuote(VertexId v, uint32_t* winner) const {
   const TypeIndex& ix = index_[V(v).type.value];
   auto [lo, hi] = topo_.Range(v);
   uint32_t leaf = RangeBest(ix, ix.tree, lo, hi);
+  if (winner != nullptr) *winner = leaf;
   return leaf == UINT32_MAX ? kInfPrice : ix.obtain(leaf);
 }
 
