@@ -218,7 +218,7 @@ TEST(Replay, GeneratedLogsExerciseTheMarket) {
   opts.seed = 7;
   opts.operations = 2000;
   LiveRun live = RunLive(opts, true);
-  std::vector<int> counts(14, 0);
+  std::vector<int> counts(static_cast<int>(EventType::kNodeRemoved) + 1, 0);
   for (const Event& e : live.events) counts[static_cast<int>(e.type)]++;
   EXPECT_GT(counts[static_cast<int>(EventType::kAllocated)], 0);
   EXPECT_GT(counts[static_cast<int>(EventType::kNotice)], 0);
@@ -231,6 +231,44 @@ TEST(Replay, GeneratedLogsExerciseTheMarket) {
   for (const LogRecord& r : live.log) rejected += !Apply(engine, r.op).status.ok();
   EXPECT_GT(rejected, 0);
   EXPECT_LT(rejected, static_cast<int>(live.log.size()) / 2);
+}
+
+// A price_changed event must follow every quote that moves (the engine touches
+// only the vertices whose quote a re-key can move: instant.cc, TouchRekeyed).
+// After each operation of generated logs, with price events on, each vertex's
+// last price_changed price (infinite before the first) equals its quote.
+TEST(Replay, PriceEventsFollowEveryQuote) {
+  for (uint64_t seed : {1, 2, 3, 7, 11}) {
+    RandomLogOptions opts;
+    opts.seed = seed;
+    opts.operations = 1500;
+    LiveRun live = RunLive(opts, true);
+    EngineOptions eo;
+    eo.price_events = true;
+    MarketEngine engine(MarketParams{}, eo);
+    Collect sink;
+    engine.set_sink(&sink);
+    std::vector<Price> last;
+    size_t seen = 0;
+    int moved = 0;
+    for (size_t i = 0; i < live.log.size(); ++i) {
+      (void)Apply(engine, live.log[i].op);
+      for (; seen < sink.events_.size(); ++seen) {
+        const Event& e = sink.events_[seen];
+        if (e.type != EventType::kPriceChanged) continue;
+        if (last.size() <= e.vertex.value) last.resize(e.vertex.value + 1, kInfPrice);
+        last[e.vertex.value] = e.price;
+        ++moved;
+      }
+      for (uint32_t v = 0; v < engine.topology().vertex_count(); ++v) {
+        Result<Price> q = engine.QuotePrice(VertexId(v));
+        if (!q.ok()) continue;  // A removed vertex.
+        Price said = v < last.size() ? last[v] : kInfPrice;
+        ASSERT_EQ(*q, said) << "seed " << seed << " operation " << i << " vertex " << v;
+      }
+    }
+    EXPECT_GT(moved, 0) << "seed " << seed;  // Quotes moved: the check saw something.
+  }
 }
 
 TEST(Replay, SameLogGivesByteIdenticalOutput) {

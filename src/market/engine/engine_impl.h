@@ -653,11 +653,10 @@ class MarketEngine::Impl {
   bool has_power_policy_ = false;
   std::vector<Price> last_quote_;  // For price events.
   std::vector<uint8_t> vertex_touched_;
-  // Per vertex, the leaf whose obtain price was its last quote (UINT32_MAX: none);
-  // valid while the vertex is not touched, once every vertex has been quoted
-  // (quote_leaf_known_). Not in snapshots: a restored engine starts unknown.
+  // Per vertex, the leaf whose obtain price was its last quote (UINT32_MAX: none
+  // or not known); valid while the vertex is not touched. Not in snapshots: a
+  // restored engine starts with none known.
   std::vector<uint32_t> quote_leaf_;
-  bool quote_leaf_known_ = false;
   std::vector<uint32_t> touched_vertices_;
   std::vector<VertexId> anc_scratch_;
   std::vector<uint32_t> decaying_;  // Nodes with a decay_state_ entry.

@@ -34,13 +34,11 @@ void MarketEngine::Impl::TouchAncestors(VertexId v) {
 // through here. So if that winner w is another leaf that beats this one, the
 // vertex's quote stands and it is not touched; nor is any vertex above it: an
 // untouched ancestor's winner beats w (its range holds w's) and is not this
-// leaf (which would then have won below too). Before every vertex has been
-// quoted once (quote_leaf_known_), all the ancestors are touched.
+// leaf (which would then have won below too). A vertex with no known winner
+// (never quoted, or restored from a snapshot, which does not keep them) is
+// touched and the walk goes on: the stop needs only the stopping vertex's own
+// winner.
 void MarketEngine::Impl::TouchRekeyed(const TypeIndex& ix, uint32_t leaf, VertexId v) {
-  if (!quote_leaf_known_) {
-    TouchAncestors(v);
-    return;
-  }
   SizeTouched();
   for (; v.valid(); v = V(v).parent) {
     if (vertex_touched_[v.value]) continue;
@@ -77,8 +75,6 @@ void MarketEngine::Impl::EmitPriceChanges() {
       Emit(e);
     }
   }
-  // Every vertex quoted in this flush (after a rebuild, say): each has its winner.
-  if (touched_vertices_.size() == topo_.vertex_count()) quote_leaf_known_ = true;
   touched_vertices_.clear();
 }
 

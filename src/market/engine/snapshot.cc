@@ -854,8 +854,6 @@ Status MarketEngine::Restore(std::string_view image) {
   r.section = "quotes";
   m.last_quote_.resize(r.Count());
   for (Price& p : m.last_quote_) p = r.S();
-  m.quote_leaf_.clear();  // Not in the image: every vertex's last winner is unknown.
-  m.quote_leaf_known_ = false;
 
   r.section = "index";
   if (r.B()) {
