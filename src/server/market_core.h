@@ -206,8 +206,15 @@ class MarketCore {
   // not Submit.
   void Submit(std::string actor, Work work, Done done);
 
-  // Runs `work` on the writer thread and waits until it is durable. `work`'s
-  // result is returned, or UNAVAILABLE if the commit failed.
+  // Runs `work` on the writer thread and, once everything it journaled is
+  // durable, calls `done` with its result (UNAVAILABLE if the commit failed
+  // or the core stopped first). Nothing waits: `done` runs on the committing
+  // thread, so like Submit's it must be quick and must not Submit.
+  template <typename T>
+  void ExecAsync(std::string actor, std::function<Result<T>(WriterContext&)> work,
+                 std::function<void(Result<T>)> done);
+
+  // ExecAsync, waiting for the result.
   template <typename T>
   Result<T> Execute(std::string actor, std::function<Result<T>(WriterContext&)> work);
 
@@ -412,28 +419,37 @@ class WriterContext {
 };
 
 template <typename T>
+void MarketCore::ExecAsync(std::string actor, std::function<Result<T>(WriterContext&)> work,
+                           std::function<void(Result<T>)> done) {
+  // Set on the writer thread; read by the committing thread after the commit.
+  auto result = std::make_shared<std::optional<Result<T>>>();
+  Submit(
+      std::move(actor), [result, work = std::move(work)](WriterContext& ctx) { result->emplace(work(ctx)); },
+      [result, done = std::move(done)](const Status& durable) {
+        if (!durable.ok()) return done(durable);
+        if (!*result) return done(Unavailable("server: stopping"));
+        done(std::move(**result));
+      });
+}
+
+template <typename T>
 Result<T> MarketCore::Execute(std::string actor, std::function<Result<T>(WriterContext&)> work) {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    Status durable;
-    std::optional<Result<T>> result;
+    Result<T> out = Status::Ok();  // A placeholder until `done`.
   };
   auto st = std::make_shared<State>();
-  Submit(
-      std::move(actor), [st, work = std::move(work)](WriterContext& ctx) { st->result.emplace(work(ctx)); },
-      [st](const Status& durable) {
-        std::lock_guard lock(st->mu);
-        st->done = true;
-        st->durable = durable;
-        st->cv.notify_one();
-      });
+  ExecAsync<T>(std::move(actor), std::move(work), [st](Result<T> r) {
+    std::lock_guard lock(st->mu);
+    st->out = std::move(r);
+    st->done = true;
+    st->cv.notify_one();
+  });
   std::unique_lock lock(st->mu);
   st->cv.wait(lock, [&] { return st->done; });
-  if (!st->durable.ok()) return st->durable;
-  if (!st->result) return Unavailable("server: stopping");
-  return std::move(*st->result);
+  return std::move(st->out);
 }
 
 }  // namespace laissez::server

@@ -265,14 +265,27 @@ class Server::Services {
     return m;
   }
 
-  // Runs `work` on the writer thread. The token is checked again there: a
-  // call authenticated before a revocation but queued after it is refused.
+  // Runs `work` on the writer thread and calls `done` with its result once
+  // durable (MarketCore::ExecAsync), from the committing thread. The token is
+  // checked again on the writer: a call authenticated before a revocation but
+  // queued after it is refused.
+  template <typename T>
+  void ExecAsync(const Principal& p, std::function<Result<T>(WriterContext&)> work,
+                 std::function<void(Result<T>)> done) {
+    s_->core_->ExecAsync<T>(p.Actor(), Rechecked<T>(p, std::move(work)), std::move(done));
+  }
+  // ExecAsync, waiting for the result.
   template <typename T>
   Result<T> Exec(const Principal& p, std::function<Result<T>(WriterContext&)> work) {
-    return s_->core_->Execute<T>(p.Actor(), [&](WriterContext& w) -> Result<T> {
+    return s_->core_->Execute<T>(p.Actor(), Rechecked<T>(p, std::move(work)));
+  }
+  template <typename T>
+  std::function<Result<T>(WriterContext&)> Rechecked(const Principal& p,
+                                                     std::function<Result<T>(WriterContext&)> work) {
+    return [this, p, work = std::move(work)](WriterContext& w) -> Result<T> {
       LZ_RETURN_IF_ERROR(s_->tokens_.Recheck(p));
       return work(w);
-    });
+    };
   }
   Status ExecStatus(const Principal& p, std::function<Status(WriterContext&)> work) {
     auto r = Exec<bool>(p, [&](WriterContext& w) -> Result<bool> {
@@ -428,20 +441,14 @@ class Server::Services {
         return reactor;
       }
       r->set_tag(q->tag());
-      // Set on the writer thread; read by the committing thread after the commit.
-      auto result = std::make_shared<std::optional<Status>>();
-      Principal p = *std::move(admitted);
-      std::string actor = p.Actor();
-      s_->s_->core_->Submit(
-          std::move(actor),
-          [this, result, p = std::move(p), order = q->order(), price = q->price()](WriterContext& w) {
-            Status token = s_->s_->tokens_.Recheck(p);
-            *result = token.ok() ? Update(w, p, order, price) : token;
+      const Principal& p = *admitted;
+      s_->ExecAsync<bool>(
+          p,
+          [p, order = q->order(), price = q->price()](WriterContext& w) -> Result<bool> {
+            LZ_RETURN_IF_ERROR(Update(w, p, order, price));
+            return true;
           },
-          [result, finish](const Status& durable) {
-            if (!durable.ok()) return finish(durable);
-            finish(result->has_value() ? **result : Unavailable("server: stopping"));
-          });
+          [finish](Result<bool> done) { finish(done.status()); });
       return reactor;
     }
 
