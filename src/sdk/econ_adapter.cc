@@ -215,9 +215,22 @@ void EconAdapter::Prefetch(int level) const {
     if (!reads_.quotes.empty()) FetchLines(reads_.quotes.data(), reads_.quotes.size() * sizeof(reads_.quotes[0]));
     return;
   }
-  const RequestState& rs = entry.second;
-  if (!rs.priced.empty()) FetchLines(rs.priced.data(), rs.priced.size() * sizeof(PricedOption));
-  if (!rs.nodes.empty()) FetchLines(rs.nodes.data(), rs.nodes.size() * sizeof(HeldNode));
+  if (level == 2) {
+    const RequestState& rs = entry.second;
+    if (!rs.priced.empty()) FetchLines(rs.priced.data(), rs.priced.size() * sizeof(PricedOption));
+    if (!rs.nodes.empty()) FetchLines(rs.nodes.data(), rs.nodes.size() * sizeof(HeldNode));
+  }
+  // The strategy chain, one hop per level (issue 12: its decorators and the
+  // throughput table are separate heap objects): at level L the object at
+  // depth L - 2, fetched by the level before, names the next.
+  const PricingStrategy* s = strategy_;
+  for (int d = 2; d < level && s != nullptr; ++d) s = s->inner();
+  if (s == nullptr) return;
+  if (const PricingStrategy* next = s->inner()) {
+    FetchLines(next, 64);
+  } else if (const void* t = s->table()) {
+    FetchLines(t, 64);
+  }
 }
 
 const EconAdapter::RequestState* EconAdapter::request(RequestId id) const {

@@ -138,6 +138,11 @@ class PricingStrategy {
   // answer provably holds longer. A tenant that changes its strategy's
   // parameters (e.g. ThroughputValue::set_value_per_hour) calls MarkDirty().
   virtual Micros NextChange(const NodeSpec& /*spec*/, Micros now) const { return now + 1; }
+  // For prefetching a chain of strategies (hints only, EconAdapter::Prefetch):
+  // the inner strategy this one's Price() calls (a decorator's), and a heap
+  // buffer its Price() reads (a table's); nullptr when there is none.
+  virtual const PricingStrategy* inner() const { return nullptr; }
+  virtual const void* table() const { return nullptr; }
 };
 
 using RequestId = uint64_t;
@@ -238,8 +243,10 @@ class EconAdapter {
   // tick, issue 12): asks the CPU to fetch what the next NeedsReprice() and
   // Reprice() read first, one level of pointers deeper per `level`: 0 the
   // adapter itself, 1 (after 0) its first request, client, strategy and read
-  // list, 2 (after 1) that request's option and held-node buffers. Each level
-  // reads only what the previous one fetched; nothing changes.
+  // list, 2 (after 1) that request's option and held-node buffers and the
+  // strategy's inner strategy, then L >= 3 the strategy chain's object at
+  // depth L - 1 (PricingStrategy::inner, and a table at the end). Each level
+  // reads only what the previous ones fetched; nothing changes.
   void Prefetch(int level) const;
 
   const RequestState* request(RequestId id) const;

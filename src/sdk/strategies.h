@@ -67,6 +67,8 @@ class ThroughputValue final : public PricingStrategy {
   std::optional<laissez::Price> ValueOf(const std::string& type) const;
   void set_value_per_hour(laissez::Price v) { value_per_hour_ = v; }
 
+  const void* table() const override { return speed_ppm_.data(); }
+
  private:
   laissez::Price value_per_hour_;
   // A few types, read on every Price() call: a flat list compares faster
@@ -82,6 +84,8 @@ class BudgetCapped final : public PricingStrategy {
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
   // The inner strategy's; the balance read of a horizon cap is watched by the adapter.
   Micros NextChange(const NodeSpec& spec, Micros now) const override { return inner_->NextChange(spec, now); }
+
+  const PricingStrategy* inner() const override { return inner_.get(); }
 
  private:
   std::unique_ptr<PricingStrategy> inner_;
@@ -112,6 +116,8 @@ class DeadlineUrgency final : public PricingStrategy {
   // The factor (ppm) at time `now`.
   Ppm FactorAt(Micros now) const;
 
+  const PricingStrategy* inner() const override { return inner_.get(); }
+
  private:
   std::unique_ptr<PricingStrategy> inner_;
   Params p_;
@@ -126,6 +132,8 @@ class LocalityAware final : public PricingStrategy {
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
   Micros NextChange(const NodeSpec& spec, Micros now) const override { return inner_->NextChange(spec, now); }
 
+  const PricingStrategy* inner() const override { return inner_.get(); }
+
  private:
   std::unique_ptr<PricingStrategy> inner_;
   Ppm bonus_ppm_;
@@ -139,6 +147,8 @@ class GangAware final : public PricingStrategy {
   explicit GangAware(std::unique_ptr<PricingStrategy> inner) : inner_(std::move(inner)) {}
   std::optional<laissez::Price> Price(const NodeSpec& spec, const OrderBookView& book) override;
   Micros NextChange(const NodeSpec& spec, Micros now) const override { return inner_->NextChange(spec, now); }
+
+  const PricingStrategy* inner() const override { return inner_.get(); }
 
  private:
   std::unique_ptr<PricingStrategy> inner_;
@@ -168,6 +178,8 @@ class MigrationAware final : public PricingStrategy {
   // The limit premium over `value` at this instant.
   laissez::Price Premium(laissez::Price value) const;
   Params& params() { return p_; }
+
+  const PricingStrategy* inner() const override { return inner_.get(); }
 
  private:
   std::unique_ptr<PricingStrategy> inner_;

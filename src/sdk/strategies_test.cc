@@ -198,6 +198,32 @@ TEST_F(StrategiesTest, GangAwareValuesAHeldGangNodeAtTheWholeGang) {
   EXPECT_EQ(g.Price(held, OrderBookView(&client_, VertexId(1), NodeId(1), 0, 1, 1)), 3 * kUnit);
 }
 
+// EconAdapter::Prefetch walks a tenant's strategy chain through inner() and
+// ends at a table: every decorator names the strategy it wraps.
+TEST_F(StrategiesTest, DecoratorsNameTheirInnerStrategyForPrefetching) {
+  auto tv = std::make_unique<ThroughputValue>(10 * kUnit, std::unordered_map<std::string, Ppm>{{"h100", kPpm}});
+  const PricingStrategy* base = tv.get();
+  EXPECT_EQ(base->inner(), nullptr);
+  EXPECT_NE(base->table(), nullptr);
+  std::unique_ptr<PricingStrategy> s = std::move(tv);
+  s = std::make_unique<DeadlineUrgency>(std::move(s), DeadlineUrgency::Params{});
+  s = std::make_unique<LocalityAware>(std::move(s), 100'000);
+  s = std::make_unique<GangAware>(std::move(s));
+  s = std::make_unique<MigrationAware>(std::move(s), MigrationAware::Params{});
+  s = std::make_unique<BudgetCapped>(std::move(s), 100 * kUnit);
+  int depth = 0;
+  const PricingStrategy* p = s.get();
+  while (p->inner() != nullptr) {
+    EXPECT_EQ(p->table(), nullptr);
+    p = p->inner();
+    ++depth;
+  }
+  EXPECT_EQ(p, base);
+  EXPECT_EQ(depth, 5);
+  EXPECT_EQ(FixedValue(kUnit).inner(), nullptr);
+  EXPECT_EQ(FixedValue(kUnit).table(), nullptr);
+}
+
 TEST_F(StrategiesTest, OnDemandAndSpotLikeAreFlat) {
   auto od = OnDemandLike(40 * kUnit);
   auto spot = SpotLike(2 * kUnit);

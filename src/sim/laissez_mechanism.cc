@@ -402,16 +402,20 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   // read is fetched, one level of pointers per step, so the misses overlap
   // with the work in between. Hints only: nothing is read that the walk
   // does not read anyway, and nothing changes.
+  // EconAdapter::Prefetch's levels: the adapter, its request, client and
+  // strategy, the request's buffers and the strategy chain's next hops (up
+  // to four decorators and a table).
+  static constexpr int kPrefetchLevels = 6;
   void PrefetchAhead(size_t i) const {
     const size_t n = active_.size();
-    if (i + 4 < n) {
-      const uint32_t job = active_[i + 4];
+    if (i + kPrefetchLevels + 1 < n) {
+      const uint32_t job = active_[i + kPrefetchLevels + 1];
       __builtin_prefetch(&tenants_[job]);
       __builtin_prefetch(&world_.jobs[job]);
       __builtin_prefetch(&runs_[job]);
     }
-    for (int level = 0; level < 3; ++level) {
-      const size_t ahead = i + 3 - static_cast<size_t>(level);
+    for (int level = 0; level < kPrefetchLevels; ++level) {
+      const size_t ahead = i + kPrefetchLevels - static_cast<size_t>(level);
       if (ahead >= n) continue;
       const Tenant& t = tenants_[active_[ahead]];
       if (t.adapter) t.adapter->Prefetch(level);
