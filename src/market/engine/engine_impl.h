@@ -590,6 +590,13 @@ class MarketEngine::Impl {
     return order_cold_[SlotOf(o)];
   }
   const std::vector<NodeId>& Claims(const Order& o) const { return Cold(o).claims; }
+  // Removes node n from o's claims, if it is there.
+  void EraseClaim(Order& o, NodeId n) {
+    if (!o.has_cold) return;
+    std::vector<NodeId>& claims = MutableCold(o).claims;
+    auto it = std::find(claims.begin(), claims.end(), n);
+    if (it != claims.end()) claims.erase(it);
+  }
   BookTable books_;  // Per vertex.
   std::vector<Tenant> tenants_;
   std::unordered_map<std::string, TenantId> tenant_by_name_;

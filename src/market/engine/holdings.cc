@@ -124,11 +124,7 @@ bool MarketEngine::Impl::ReviewNode(NodeId n) {
 // The challenger `slot` no longer contests node n.
 void MarketEngine::Impl::DetachChallenger(uint32_t slot, NodeId n, bool holder_won) {
   Order& o = orders_[slot];
-  if (o.has_cold) {
-    std::vector<NodeId>& claims = MutableCold(o).claims;
-    auto it = std::find(claims.begin(), claims.end(), n);
-    if (it != claims.end()) claims.erase(it);
-  }
+  EraseClaim(o, n);
   if (o.is_gang()) {
     if (holder_won) DropGang(slot, /*cooldown=*/true);
     return;
@@ -210,9 +206,7 @@ void MarketEngine::Impl::ResolveDeadline(NodeId n) {
   EndHolding(n);
   if (c != UINT32_MAX) {
     Order& o = orders_[c];
-    std::vector<NodeId>& claims = MutableCold(o).claims;  // o challenged n: it has claims.
-    auto it = std::find(claims.begin(), claims.end(), n);
-    if (it != claims.end()) claims.erase(it);
+    EraseClaim(o, n);
     if (o.is_gang()) {
       Event r;
       r.type = EventType::kReleased;
@@ -333,9 +327,7 @@ Status MarketEngine::Impl::RelinquishImpl(TenantId tid, NodeId n) {
     s.reasons = 0;
     EndHolding(n);
     Order& o = orders_[c];
-    std::vector<NodeId>& claims = MutableCold(o).claims;  // o challenged n: it has claims.
-    auto it = std::find(claims.begin(), claims.end(), n);
-    if (it != claims.end()) claims.erase(it);
+    EraseClaim(o, n);
     if (o.is_gang()) {
       Event r;
       r.type = EventType::kReleased;

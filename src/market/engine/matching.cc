@@ -68,9 +68,7 @@ void MarketEngine::Impl::BecomeChallenger(uint32_t slot, NodeId n) {
   s.challenger = slot;
   if (prev != UINT32_MAX) {
     Order& p = orders_[prev];
-    std::vector<NodeId>& claims = MutableCold(p).claims;  // p challenged n: it has claims.
-    auto it = std::find(claims.begin(), claims.end(), n);
-    if (it != claims.end()) claims.erase(it);
+    EraseClaim(p, n);
     if (p.is_gang()) {
       DropGang(prev, /*cooldown=*/false);  // Displaced by a higher challenger: no cooldown.
     } else {
