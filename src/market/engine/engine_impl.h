@@ -367,15 +367,12 @@ struct NodeCold {
 static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 88, "the node state is meant to stay compact (issue 12)");
 
 // The rare parts of an order (issue 12): a locality anchor, a clip schedule,
-// a gang's cooldown and the nodes a pending order claims. They live in a side
+// a gang's cooldown and the nodes a pending order claims (the placed price
+// has a table of its own: PlacedPrices). They live in a side
 // table keyed by slot (Impl::order_cold_), created when one is first set, so
 // an order that uses none of them has only the compact record below. Absent
 // means every field at its default.
 struct OrderCold {
-  // OrderSpec::price as placed, recorded when an update first moves the
-  // requested price away from it; -1: the requested price still is the
-  // placed one. Only the snapshot reads it (issue 12).
-  Price placed = -1;
   NodeId rel_to;            // OrderSpec::rel_to.
   LocationId locality_loc;  // The anchor's location at the locality level (invalid: none).
   Price clip_step = 0;
@@ -390,7 +387,7 @@ struct OrderCold {
 // without padding.
 struct Order {
   OrderId id;
-  Price requested = 0;  // OrderSpec::price as placed, then as updated (OrderCold::placed).
+  Price requested = 0;  // OrderSpec::price as placed, then as updated (Impl::placed_).
   Price effective = 0;
   uint64_t seq = 0;
   TenantId tenant;
@@ -475,6 +472,76 @@ class OrderIndex {
     }
   }
   std::vector<uint32_t> table_;
+  size_t size_ = 0;
+  size_t mask_ = 0;
+  int shift_ = 64;
+};
+
+// The placed price of the orders whose requested price an update has moved
+// (OrderSpec::price as placed; only the snapshot reads it), by slot (issue
+// 12): an open-addressing table with linear probing, 12 bytes an entry and
+// at most half full, where an OrderCold entry cost a hash node of about 100
+// bytes on an order's first price update. An entry outlives its order until
+// the slot is reused, as the record's other fields do.
+class PlacedPrices {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  size_t size() const { return size_; }
+  // The placed price kept for `slot`, -1 if none.
+  Price Find(uint32_t slot) const {
+    if (size_ == 0) return -1;
+    for (size_t i = Home(slot);; i = (i + 1) & mask_) {
+      if (slots_[i] == slot) return prices_[i];
+      if (slots_[i] == kNone) return -1;
+    }
+  }
+  // Keeps `price` for `slot`, which must have none (may allocate).
+  void Insert(uint32_t slot, Price price) {
+    if (2 * (size_ + 1) > slots_.size()) Grow();
+    size_t i = Home(slot);
+    while (slots_[i] != kNone) i = (i + 1) & mask_;
+    slots_[i] = slot;
+    prices_[i] = price;
+    ++size_;
+  }
+  // Drops `slot`'s price if it has one (backward-shift deletion: no tombstones).
+  void Erase(uint32_t slot) {
+    if (size_ == 0) return;
+    size_t i = Home(slot);
+    while (slots_[i] != kNone && slots_[i] != slot) i = (i + 1) & mask_;
+    if (slots_[i] == kNone) return;
+    --size_;
+    for (size_t j = (i + 1) & mask_; slots_[j] != kNone; j = (j + 1) & mask_) {
+      size_t home = Home(slots_[j]);
+      // Move j's entry into the hole at i unless its home lies cyclically in (i, j].
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        prices_[i] = prices_[j];
+        i = j;
+      }
+    }
+    slots_[i] = kNone;
+  }
+
+ private:
+  size_t Home(uint32_t slot) const { return static_cast<size_t>((slot * 0x9E3779B97F4A7C15ull) >> shift_); }
+  void Grow() {
+    std::vector<uint32_t> old_slots;
+    std::vector<Price> old_prices;
+    old_slots.swap(slots_);
+    old_prices.swap(prices_);
+    size_t cap = std::max<size_t>(16, old_slots.size() * 2);
+    slots_.assign(cap, kNone);
+    prices_.assign(cap, 0);
+    mask_ = cap - 1;
+    shift_ = 64 - std::countr_zero(cap);
+    size_ = 0;
+    for (size_t k = 0; k < old_slots.size(); ++k) {
+      if (old_slots[k] != kNone) Insert(old_slots[k], old_prices[k]);
+    }
+  }
+  std::vector<uint32_t> slots_;
+  std::vector<Price> prices_;
   size_t size_ = 0;
   size_t mask_ = 0;
   int shift_ = 64;
@@ -590,6 +657,12 @@ class MarketEngine::Impl {
     return order_cold_[SlotOf(o)];
   }
   const std::vector<NodeId>& Claims(const Order& o) const { return Cold(o).claims; }
+  PlacedPrices placed_;  // By slot: the placed price of orders an update moved.
+  // OrderSpec::price as placed, of the order in `slot`.
+  Price PlacedPrice(uint32_t slot) const {
+    Price p = placed_.Find(slot);
+    return p >= 0 ? p : orders_[slot].requested;
+  }
   // Removes node n from o's claims, if it is there.
   void EraseClaim(Order& o, NodeId n) {
     if (!o.has_cold) return;

@@ -190,6 +190,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   }
   Order& o = orders_[slot];
   if (o.has_cold) order_cold_.erase(slot);  // The previous order's, kept until now.
+  placed_.Erase(slot);                        // Likewise.
   o = Order();
   o.id = OrderId(next_order_id_++);
   o.tenant = tid;
@@ -266,8 +267,8 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(o.requested, params_.grace));
   LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
   // The first move away from the placed price keeps it for the snapshot.
-  // Before the tenant's sums change: MutableCold may allocate (and throw).
-  if (price != o.requested && Cold(o).placed < 0) MutableCold(o).placed = o.requested;
+  // Before the tenant's sums change: the table may allocate (and throw).
+  if (price != o.requested && placed_.Find(slot) < 0) placed_.Insert(slot, o.requested);
   t.committed = static_cast<Price>(t.committed + add_rate);
   t.committed_need = static_cast<Money>(t.committed_need + add_need);
   if (price > o.requested) {

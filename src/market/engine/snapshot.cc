@@ -284,15 +284,15 @@ void Fields(V& v, S& s) requires std::is_same_v<std::remove_const_t<S>, OrderSpe
   v.F(s.rel_to);
 }
 
-// An order's record and its rare fields (OrderCold, default when it has none),
-// in the order they had when they were all in one struct.
+// An order's record, its placed price (Impl::PlacedPrice) and its rare fields
+// (OrderCold, default when it has none), in the order they had when they
+// were all in one struct. Reading sets `placed` (-1: the requested price).
 template <typename V, typename O, typename C>
-void OrderFields(V& v, O& o, C& c) {
+void OrderFields(V& v, O& o, C& c, Price& placed) {
   v.F(o.id);
   v.F(o.tenant);
   v.F(o.scope);  // The OrderSpec: scope, price, count, locality, rel_to.
-  Price placed = c.placed >= 0 ? c.placed : o.requested;  // Read: set below, once `requested` is known.
-  v.F(placed);
+  v.F(placed);  // Read: checked below, once `requested` is known.
   v.F(o.count);
   v.F(o.locality);
   v.F(c.rel_to);
@@ -318,7 +318,7 @@ void OrderFields(V& v, O& o, C& c) {
   if constexpr (!std::is_const_v<O>) {
     // Place's check (CheckPrice): an infinite placed price is refused too.
     if (const char* why = PriceProblem(placed)) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + ": " + why);
-    c.placed = placed != o.requested ? placed : -1;
+    if (placed == o.requested) placed = -1;
   }
 }
 
@@ -530,7 +530,11 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   // Orders: every slot (free ones too, whose stale fields nothing reads but
   // which keep the slot numbering), the free list, the live-order map.
   w.U(m.orders_.size());
-  for (const Order& o : m.orders_) OrderFields(w, o, m.Cold(o));
+  for (uint32_t slot = 0; slot < m.orders_.size(); ++slot) {
+    const Order& o = m.orders_[slot];
+    Price placed = m.PlacedPrice(slot);
+    OrderFields(w, o, m.Cold(o), placed);
+  }
   w.F(m.free_slots_);
   w.U(m.order_slot_.size());
   std::vector<std::pair<uint64_t, uint32_t>> live;
@@ -731,7 +735,9 @@ Status MarketEngine::Restore(std::string_view image) {
   for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
     Order& o = m.orders_[slot];
     OrderCold c;
-    OrderFields(r, o, c);
+    Price placed = -1;
+    OrderFields(r, o, c, placed);
+    if (r.ok() && placed >= 0) m.placed_.Insert(slot, placed);
     if (o.state > OrderState::kCancelled) r.Fail("order state " + Num(static_cast<uint8_t>(o.state)) + " unknown");
     if (o.locality > Locality::kSameRack) r.Fail("locality " + Num(static_cast<uint8_t>(o.locality)) + " unknown");
     if (c != OrderCold{}) {
