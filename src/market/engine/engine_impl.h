@@ -368,14 +368,13 @@ static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 88, "the node state is mea
 
 // The rare parts of an order (issue 12): a locality anchor, a clip schedule,
 // a gang's cooldown and the nodes a pending order claims (the placed price
-// has a table of its own: PlacedPrices). They live in a side
+// and the clip step have tables of their own: SlotPrices). They live in a side
 // table keyed by slot (Impl::order_cold_), created when one is first set, so
 // an order that uses none of them has only the compact record below. Absent
 // means every field at its default.
 struct OrderCold {
   NodeId rel_to;            // OrderSpec::rel_to.
   LocationId locality_loc;  // The anchor's location at the locality level (invalid: none).
-  Price clip_step = 0;
   Micros next_clip = kNever;
   Micros cooldown_until = 0;
   std::vector<NodeId> claims;  // Pending: contested or reserved nodes.
@@ -425,7 +424,8 @@ class OrderIndex {
     }
   }
   // Adds `slot`, keyed by orders[slot].id, which must not be in the table.
-  void Insert(uint32_t slot, const std::vector<Order>& orders) {
+  // Inline: Place's one call (GCC stopped inlining it there when Place grew).
+  [[gnu::always_inline]] void Insert(uint32_t slot, const std::vector<Order>& orders) {
     if (2 * (size_ + 1) > table_.size()) Grow(orders);
     size_t i = Home(orders[slot].id.value);
     while (table_[i] != kNone) i = (i + 1) & mask_;
@@ -477,23 +477,37 @@ class OrderIndex {
   int shift_ = 64;
 };
 
-// The placed price of the orders whose requested price an update has moved
-// (OrderSpec::price as placed; only the snapshot reads it), by slot (issue
-// 12): an open-addressing table with linear probing, 12 bytes an entry and
-// at most half full, where an OrderCold entry cost a hash node of about 100
-// bytes on an order's first price update. An entry outlives its order until
-// the slot is reused, as the record's other fields do.
-class PlacedPrices {
+// A price by order slot (issue 12), for two of an order's rare fields: the
+// placed price of an order whose requested price an update has moved, and
+// the clip step of an order placed or raised while clipping is on. An
+// open-addressing table with linear probing, 12 bytes an entry and at most
+// half full, where each set an OrderCold entry, a hash node of about 100
+// bytes (the first on an order's first price update, the second on every
+// Place with clipping on). An entry outlives its order until the slot is
+// reused, as the record's other fields do.
+class SlotPrices {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
   size_t size() const { return size_; }
-  // The placed price kept for `slot`, -1 if none.
+  // The price kept for `slot`, -1 if none.
   Price Find(uint32_t slot) const {
     if (size_ == 0) return -1;
     for (size_t i = Home(slot);; i = (i + 1) & mask_) {
       if (slots_[i] == slot) return prices_[i];
       if (slots_[i] == kNone) return -1;
     }
+  }
+  // Keeps `price` for `slot`, replacing the one it has (may allocate).
+  void Set(uint32_t slot, Price price) {
+    if (size_ != 0) {
+      for (size_t i = Home(slot); slots_[i] != kNone; i = (i + 1) & mask_) {
+        if (slots_[i] == slot) {
+          prices_[i] = price;
+          return;
+        }
+      }
+    }
+    Insert(slot, price);
   }
   // Keeps `price` for `slot`, which must have none (may allocate).
   void Insert(uint32_t slot, Price price) {
@@ -504,9 +518,16 @@ class PlacedPrices {
     prices_[i] = price;
     ++size_;
   }
-  // Drops `slot`'s price if it has one (backward-shift deletion: no tombstones).
+  // Drops `slot`'s price if it has one. The empty table's test inline, the
+  // rest out of line: Place calls this on every reused slot, and the inlined
+  // body pushed OrderIndex::Insert out of line there (+1% instructions).
   void Erase(uint32_t slot) {
-    if (size_ == 0) return;
+    if (size_ != 0) EraseFrom(slot);
+  }
+
+ private:
+  // Backward-shift deletion: no tombstones.
+  [[gnu::noinline]] void EraseFrom(uint32_t slot) {
     size_t i = Home(slot);
     while (slots_[i] != kNone && slots_[i] != slot) i = (i + 1) & mask_;
     if (slots_[i] == kNone) return;
@@ -522,8 +543,6 @@ class PlacedPrices {
     }
     slots_[i] = kNone;
   }
-
- private:
   size_t Home(uint32_t slot) const { return static_cast<size_t>((slot * 0x9E3779B97F4A7C15ull) >> shift_); }
   void Grow() {
     std::vector<uint32_t> old_slots;
@@ -657,7 +676,8 @@ class MarketEngine::Impl {
     return order_cold_[SlotOf(o)];
   }
   const std::vector<NodeId>& Claims(const Order& o) const { return Cold(o).claims; }
-  PlacedPrices placed_;  // By slot: the placed price of orders an update moved.
+  SlotPrices placed_;     // By slot: the placed price of orders an update moved.
+  SlotPrices clip_step_;  // By slot: the clip step ApplyClip last set (none: 0).
   // OrderSpec::price as placed, of the order in `slot`.
   Price PlacedPrice(uint32_t slot) const {
     Price p = placed_.Find(slot);

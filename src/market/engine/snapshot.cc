@@ -284,11 +284,16 @@ void Fields(V& v, S& s) requires std::is_same_v<std::remove_const_t<S>, OrderSpe
   v.F(s.rel_to);
 }
 
-// An order's record, its placed price (Impl::PlacedPrice) and its rare fields
-// (OrderCold, default when it has none), in the order they had when they
-// were all in one struct. Reading sets `placed` (-1: the requested price).
+// An order's record, its prices by slot (Impl::placed_, clip_step_) and its
+// rare fields (OrderCold, default when it has none), in the order they had
+// when they were all in one struct.
+struct OrderSlotPrices {
+  Price placed = -1;   // Written: Impl::PlacedPrice. Read: -1 when it is the requested price.
+  Price clip_step = 0;
+};
 template <typename V, typename O, typename C>
-void OrderFields(V& v, O& o, C& c, Price& placed) {
+void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
+  Price& placed = sp.placed;
   v.F(o.id);
   v.F(o.tenant);
   v.F(o.scope);  // The OrderSpec: scope, price, count, locality, rel_to.
@@ -301,7 +306,7 @@ void OrderFields(V& v, O& o, C& c, Price& placed) {
   v.F(c.locality_loc);
   v.F(o.requested);
   v.F(o.effective);
-  v.F(c.clip_step);
+  v.F(sp.clip_step);
   v.F(c.next_clip);
   v.F(o.seq);
   v.F(o.state);
@@ -319,6 +324,8 @@ void OrderFields(V& v, O& o, C& c, Price& placed) {
     // Place's check (CheckPrice): an infinite placed price is refused too.
     if (const char* why = PriceProblem(placed)) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + ": " + why);
     if (placed == o.requested) placed = -1;
+    // ApplyClip's step is never negative (the table's -1 means none).
+    if (sp.clip_step < 0) v.Fail("order " + Num(o.id.value) + ": clip step " + std::to_string(sp.clip_step) + ": negative");
   }
 }
 
@@ -532,8 +539,8 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   w.U(m.orders_.size());
   for (uint32_t slot = 0; slot < m.orders_.size(); ++slot) {
     const Order& o = m.orders_[slot];
-    Price placed = m.PlacedPrice(slot);
-    OrderFields(w, o, m.Cold(o), placed);
+    OrderSlotPrices sp{m.PlacedPrice(slot), std::max<Price>(0, m.clip_step_.Find(slot))};
+    OrderFields(w, o, m.Cold(o), sp);
   }
   w.F(m.free_slots_);
   w.U(m.order_slot_.size());
@@ -735,9 +742,10 @@ Status MarketEngine::Restore(std::string_view image) {
   for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
     Order& o = m.orders_[slot];
     OrderCold c;
-    Price placed = -1;
-    OrderFields(r, o, c, placed);
-    if (r.ok() && placed >= 0) m.placed_.Insert(slot, placed);
+    OrderSlotPrices sp;
+    OrderFields(r, o, c, sp);
+    if (r.ok() && sp.placed >= 0) m.placed_.Insert(slot, sp.placed);
+    if (r.ok() && sp.clip_step != 0) m.clip_step_.Insert(slot, sp.clip_step);
     if (o.state > OrderState::kCancelled) r.Fail("order state " + Num(static_cast<uint8_t>(o.state)) + " unknown");
     if (o.locality > Locality::kSameRack) r.Fail("locality " + Num(static_cast<uint8_t>(o.locality)) + " unknown");
     if (c != OrderCold{}) {

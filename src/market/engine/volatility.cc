@@ -44,13 +44,15 @@ void MarketEngine::Impl::ApplyClip(Order& o, Price before_effective) {
     return;
   }
   Price s = std::max(MulPpmCeil(p, params_.clip_alpha_ppm), params_.tick);
-  OrderCold& c = MutableCold(o);
-  c.clip_step = s;
+  // The step goes to its own table; the order's rare fields only when a
+  // clip is scheduled (issue 12: not on every Place with clipping on).
+  clip_step_.Set(SlotOf(o), s);
   o.effective = std::min(o.requested, std::max(SatAdd(p, s), before_effective));
   if (o.effective < o.requested) {
     if (params_.clip_interval == 0) {
       o.effective = o.requested;
     } else {
+      OrderCold& c = MutableCold(o);
       c.next_clip = SatAdd(now_, params_.clip_interval);
       ScheduleAdd(c.next_clip, kSchedClip, o.id.value);
     }
@@ -61,7 +63,7 @@ void MarketEngine::Impl::ClipStep(uint32_t slot) {
   Order& o = orders_[slot];
   OrderCold& c = MutableCold(o);  // A clip step: the order has a clip schedule.
   c.next_clip = kNever;
-  Price eff = std::min(o.requested, SatAdd(o.effective, c.clip_step));
+  Price eff = std::min(o.requested, SatAdd(o.effective, clip_step_.Find(slot)));  // Set with the schedule.
   if (params_.clip_interval == 0) eff = o.requested;
   if (eff < o.requested) {
     c.next_clip = SatAdd(now_, params_.clip_interval);
