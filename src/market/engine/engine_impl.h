@@ -98,6 +98,91 @@ struct SchedKey {
   bool operator<(const SchedKey& o) const { return std::tie(time, kind, id) < std::tie(o.time, o.kind, o.id); }
 };
 
+// The tenants' scheduled exhaustion checks (kSchedExhaust, at most one per
+// tenant: Tenant::exhaust_sched), apart from the rest of the schedule (issue
+// 12): a binary min-heap of (time, tenant) with each tenant's position in it,
+// 20 bytes a tenant where the schedule's std::set spent a 64-byte tree node.
+// Ordered by time, then tenant, as the set orders these entries; the
+// schedule's users merge the two (Impl::RunDue, the snapshot).
+class ExhaustSchedule {
+ public:
+  struct Entry {
+    Micros time;
+    uint32_t tenant;
+    bool operator<(const Entry& o) const { return time != o.time ? time < o.time : tenant < o.tenant; }
+  };
+  bool empty() const { return heap_.empty(); }
+  size_t size() const { return heap_.size(); }
+  // The earliest entry's time, kNever if none.
+  Micros top_time() const { return heap_.empty() ? kNever : heap_[0].time; }
+  const Entry& top() const { return heap_[0]; }
+  // Whether `tenant` has an entry at `time`.
+  bool Contains(Micros time, uint32_t tenant) const {
+    return Has(tenant) && heap_[pos_[tenant]].time == time;
+  }
+  // Whether `tenant` has an entry.
+  bool Has(uint32_t tenant) const { return tenant < pos_.size() && pos_[tenant] != kNone; }
+  // Adds `tenant`'s entry at `time` (may allocate). One entry per tenant: an
+  // entry it has moves (the engine never schedules two: Tenant::exhaust_sched).
+  void Insert(Micros time, uint32_t tenant) {
+    if (Has(tenant)) return Move(heap_[pos_[tenant]].time, time, tenant);
+    if (tenant >= pos_.size()) pos_.resize(tenant + 1, kNone);
+    heap_.push_back(Entry{time, tenant});
+    pos_[tenant] = static_cast<uint32_t>(heap_.size() - 1);
+    Up(heap_.size() - 1);
+  }
+  // Moves `tenant`'s entry at `from` to `to` (adds it if it has none at `from`).
+  void Move(Micros from, Micros to, uint32_t tenant) {
+    if (!Contains(from, tenant)) return Insert(to, tenant);
+    size_t i = pos_[tenant];
+    heap_[i].time = to;
+    if (to < from) Up(i);
+    else Down(i);
+  }
+  // Removes `tenant`'s entry if it is at `time`.
+  void Erase(Micros time, uint32_t tenant) {
+    if (!Contains(time, tenant)) return;
+    size_t i = pos_[tenant];
+    pos_[tenant] = kNone;
+    Entry last = heap_.back();
+    heap_.pop_back();
+    if (i == heap_.size()) return;
+    heap_[i] = last;
+    pos_[last.tenant] = static_cast<uint32_t>(i);
+    Up(i);
+    Down(pos_[last.tenant]);
+  }
+  void Pop() { Erase(heap_[0].time, heap_[0].tenant); }
+  // The entries, in no set order.
+  const std::vector<Entry>& entries() const { return heap_; }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  void Place(size_t i, Entry e) {
+    heap_[i] = e;
+    pos_[e.tenant] = static_cast<uint32_t>(i);
+  }
+  void Up(size_t i) {
+    Entry e = heap_[i];
+    while (i > 0 && e < heap_[(i - 1) / 2]) {
+      Place(i, heap_[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    Place(i, e);
+  }
+  void Down(size_t i) {
+    Entry e = heap_[i];
+    for (size_t c; (c = 2 * i + 1) < heap_.size(); i = c) {
+      if (c + 1 < heap_.size() && heap_[c + 1] < heap_[c]) ++c;
+      if (!(heap_[c] < e)) break;
+      Place(i, heap_[c]);
+    }
+    Place(i, e);
+  }
+  std::vector<Entry> heap_;
+  std::vector<uint32_t> pos_;  // By tenant: its entry's index in heap_, kNone if none.
+};
+
 enum BookFlag : uint8_t { kFlagGang = 1, kFlagPending = 2 };
 
 // 24 bytes (issue 12): the flags share the slot's word.
@@ -697,7 +782,8 @@ class MarketEngine::Impl {
   std::unordered_multimap<uint32_t, uint32_t> rel_to_orders_;  // node -> order slot.
   std::vector<uint32_t> unmatchable_;  // Slots of orders with no eligible node ever (not in a book).
 
-  std::set<SchedKey> sched_;
+  std::set<SchedKey> sched_;  // Timed work but the tenants' exhaustion checks:
+  ExhaustSchedule exhaust_sched_;  // those (issue 12).
   std::vector<LedgerEntry> ledger_;
   LedgerTotals totals_;
   std::vector<Event> events_;
@@ -939,16 +1025,25 @@ class MarketEngine::Impl {
 
   // ---------------------------------------------------------------- money (ledger.cc)
   void ScheduleErase(Micros time, uint8_t kind, uint64_t id) {
-    if (time != kNever) sched_.erase(SchedKey{time, kind, id});
+    if (time == kNever) return;
+    if (kind == kSchedExhaust) exhaust_sched_.Erase(time, static_cast<uint32_t>(id));
+    else sched_.erase(SchedKey{time, kind, id});
   }
   void ScheduleAdd(Micros time, uint8_t kind, uint64_t id) {
-    if (time != kNever) sched_.insert(SchedKey{time, kind, id});
+    if (time == kNever) return;
+    if (kind != kSchedExhaust) sched_.insert(SchedKey{time, kind, id});
+    else if (!exhaust_sched_.Contains(time, static_cast<uint32_t>(id))) exhaust_sched_.Insert(time, static_cast<uint32_t>(id));
   }
   // ScheduleErase(from, ...) then ScheduleAdd(to, ...), the same schedule
   // after: the entry's tree node is re-keyed and re-linked, not freed and
   // allocated again (issue 12: a raise that brings a tenant's exhaustion
   // bound earlier moves its entry).
   void ScheduleMove(Micros from, Micros to, uint8_t kind, uint64_t id) {
+    if (kind == kSchedExhaust) {
+      if (to == kNever) exhaust_sched_.Erase(from, static_cast<uint32_t>(id));
+      else exhaust_sched_.Move(from, to, static_cast<uint32_t>(id));
+      return;
+    }
     auto entry = from != kNever ? sched_.extract(SchedKey{from, kind, id}) : decltype(sched_)::node_type();
     if (to == kNever) return;
     if (entry.empty()) {
@@ -1234,14 +1329,16 @@ class MarketEngine::Impl {
   // no candidate order, no rate to settle (rate_phantom_ is settled with
   // nothing to do). RunInstant's first round would then change nothing.
   bool InstantQuiet() const {
-    return dirty_nodes_.empty() && (sched_.empty() || sched_.begin()->time > now_) && gangs_to_check_.empty() &&
+    return dirty_nodes_.empty() && (sched_.empty() || sched_.begin()->time > now_) &&
+           (exhaust_sched_.empty() || exhaust_sched_.top_time() > now_) &&
+           gangs_to_check_.empty() &&
            exhaust_dirty_.empty() && candidates_.empty() && rate_dirty_.empty();
   }
   void RunDue();
 
   Micros NextTime() const {
     Micros t = sched_.empty() ? kNever : sched_.begin()->time;
-    return std::min(t, NextDecay());
+    return std::min({t, exhaust_sched_.top_time(), NextDecay()});
   }
 
   Status AdvanceTo(Micros t);

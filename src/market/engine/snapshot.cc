@@ -587,8 +587,18 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   w.S(m.power_sched_);
 
   // Timed work, decay and maintenance.
-  w.U(m.sched_.size());
-  for (const SchedKey& k : m.sched_) w.F(k);
+  // The schedule as one list in the set's order: the exhaustion checks
+  // merged in (ExhaustSchedule).
+  std::vector<SchedKey> exhaust;
+  for (const ExhaustSchedule::Entry& e : m.exhaust_sched_.entries()) exhaust.push_back(SchedKey{e.time, kSchedExhaust, e.tenant});
+  std::sort(exhaust.begin(), exhaust.end());
+  w.U(m.sched_.size() + exhaust.size());
+  auto ex = exhaust.begin();
+  for (const SchedKey& k : m.sched_) {
+    for (; ex != exhaust.end() && *ex < k; ++ex) w.F(*ex);
+    w.F(k);
+  }
+  for (; ex != exhaust.end(); ++ex) w.F(*ex);
   w.F(m.decaying_);
   w.U(m.decay_state_.size());
   for (auto [node, state] : Sorted(m.decay_state_)) {
@@ -843,7 +853,16 @@ Status MarketEngine::Restore(std::string_view image) {
   r.section = "schedule";
   size_t sched = r.Count();
   for (size_t i = 0; i < sched && r.ok(); ++i) {
-    m.sched_.insert(m.sched_.end(), Read<SchedKey>(r));
+    SchedKey k = Read<SchedKey>(r);
+    if (k.kind != kSchedExhaust) {
+      m.sched_.insert(m.sched_.end(), k);
+    } else if (k.id >= m.tenants_.size() || k.time == kNever) {
+      r.Fail("exhaustion check of tenant " + Num(k.id) + " at " + std::to_string(k.time) + ": no such tenant or no time");
+    } else if (m.exhaust_sched_.Has(static_cast<uint32_t>(k.id)) || m.tenants_[k.id].exhaust_sched != k.time) {
+      r.Fail("exhaustion check of tenant " + Num(k.id) + " at " + std::to_string(k.time) + ": not the tenant's scheduled check");
+    } else {
+      m.exhaust_sched_.Insert(k.time, static_cast<uint32_t>(k.id));
+    }
   }
   r.F(m.decaying_);
   size_t decays = r.Count();
