@@ -21,21 +21,14 @@ void MarketEngine::Impl::EnsureIndex() {
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
     TypeIndex& ix = index_[t];
-    ix.size = 1;
-    while (ix.size < order.size()) ix.size <<= 1;
-    ix.tree.assign(2 * ix.size, UINT32_MAX);
-    ix.free_tree.assign(2 * ix.size, UINT32_MAX);
     ix.key.assign(order.size(), 0);
     ix.leaf_node.assign(order.begin(), order.end());
+    ix.free_leaf.assign(order.size(), 0);
     for (uint32_t i = 0; i < order.size(); ++i) {
       ix.key[i] = KeyOf(order[i]);
-      ix.tree[ix.size + i] = i;
-      if (IsFree(nodes_[order[i].value])) ix.free_tree[ix.size + i] = i;
+      ix.free_leaf[i] = IsFree(nodes_[order[i].value]);
     }
-    for (uint32_t i = ix.size - 1; i >= 1; --i) {
-      ix.tree[i] = Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
-      ix.free_tree[i] = Better(ix, ix.free_tree[2 * i], ix.free_tree[2 * i + 1]);
-    }
+    ix.Build();
   }
 }
 
@@ -56,57 +49,26 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   if (leaf == UINT32_MAX) return;
   unsigned __int128 k = KeyOf(n);
   Price now_obtain = static_cast<Price>(k >> 64);
-  uint32_t free_entry = IsFree(nodes_[n.value]) ? leaf : UINT32_MAX;
+  bool free_now = IsFree(nodes_[n.value]);
   // A node held at its last re-key (the held bit of its stored key) was not
   // in the free tree then: its entry there need not be read (issue 12: a
   // cache line at 1M nodes).
   unsigned __int128 old_key = ix.key[leaf];
   bool was_held = (old_key >> 63) & 1;
   if (k == old_key) {
-    if (!was_held && ix.free_tree[ix.size + leaf] != free_entry) Rekey(ix, ix.free_tree, leaf, free_entry);
+    if (!was_held && ix.free_leaf[leaf] != free_now) ix.SetFree(leaf, free_now);
     if (wake) AddCandidatesAbove(n, now_obtain);
     return;
   }
   ix.key[leaf] = k;
-  RekeyMoved(ix, leaf, /*better=*/k < old_key);
+  ix.tree.Moved(ix.all_leaves(), leaf, /*fell=*/k < old_key);
   // A node free before or after moved in the free tree (its key or its
   // membership changed); one held or reserved throughout is not in it.
-  if (free_entry != UINT32_MAX || (!was_held && ix.free_tree[ix.size + leaf] != UINT32_MAX)) {
-    Rekey(ix, ix.free_tree, leaf, free_entry);
-  }
+  if (free_now || (!was_held && ix.free_leaf[leaf])) ix.SetFree(leaf, free_now);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   if (wake) AddCandidatesAbove(n, now_obtain);
   if (options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
-}
-
-void MarketEngine::Impl::Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf,
-                               uint32_t entry) const {
-  tree[ix.size + leaf] = entry;
-  for (uint32_t i = (ix.size + leaf) >> 1; i >= 1; i >>= 1) {
-    uint32_t was = tree[i];
-    uint32_t now_best = Better(ix, tree[2 * i], tree[2 * i + 1]);
-    tree[i] = now_best;
-    // Above here nothing changes: the same other leaf still wins with the same key.
-    if (now_best == was && now_best != leaf) break;
-  }
-}
-
-// The whole tree holds every leaf, so a changed key moves one leaf up or down
-// the order (LeafLess is monotone in the key), and the walk stops sooner than
-// Rekey's (issue 12). A better key: the leaf still wins every subtree it won,
-// so those levels are only passed; above them it wins while it beats the old
-// winner, and where it does not, nothing above changes. A worse key: only the
-// subtrees it won are re-derived from their children.
-void MarketEngine::Impl::RekeyMoved(TypeIndex& ix, uint32_t leaf, bool better) const {
-  std::vector<uint32_t>& tree = ix.tree;
-  uint32_t i = (ix.size + leaf) >> 1;
-  if (better) {
-    while (i >= 1 && tree[i] == leaf) i >>= 1;
-    for (; i >= 1 && LeafLess(ix, leaf, tree[i]); i >>= 1) tree[i] = leaf;
-    return;
-  }
-  for (; i >= 1 && tree[i] == leaf; i >>= 1) tree[i] = Better(ix, tree[2 * i], tree[2 * i + 1]);
 }
 
 // Orders at the ancestors of n whose price reaches `price` may now cross.
@@ -137,7 +99,8 @@ NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std
   };
   // A free-only search walks the free leaves' tree: same order, same answer,
   // without visiting held nodes.
-  uint32_t leaf = FindBestIn(ix, free_only ? ix.free_tree : ix.tree, lo, hi, skip);
+  uint32_t leaf = free_only ? ix.free_tree.FindBest(ix.free_leaves(), lo, hi, skip)
+                            : ix.tree.FindBest(ix.all_leaves(), lo, hi, skip);
   if (leaf == UINT32_MAX || ix.obtain(leaf) == kInfPrice) return NodeId();
   return ix.leaf_node[leaf];
 }

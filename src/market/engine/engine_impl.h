@@ -14,8 +14,8 @@
 // - Sum of balances + operator revenue == deposits; balances never go negative.
 //
 // Structure. Per hardware type, nodes are laid out in the topology's leaf order
-// so that every vertex is a contiguous range, and a segment tree over that order
-// finds the node with the lowest obtain price below any vertex in O(log n); a
+// so that every vertex is a contiguous range, and a min tree over that order
+// (4-ary, min_tree.h) finds the node with the lowest obtain price below any vertex in O(log n); a
 // second tree over the same order holds only the free nodes, so the lowest free
 // one is found in O(log n) too, however many held nodes rank before it.
 // Orders rest in per-vertex books sorted by (effective price desc, seq asc); an
@@ -42,6 +42,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "market/engine/min_tree.h"
 #include "market/operation.h"
 
 namespace laissez::market {
@@ -791,17 +792,39 @@ class MarketEngine::Impl {
 
   // Per-type index.
   struct TypeIndex {
-    uint32_t size = 1;
-    std::vector<uint32_t> tree;     // Leaf index of the subtree minimum; UINT32_MAX if empty.
-    // The same over free leaves only (neither held nor reserved): a search
-    // for a free node skips whole segments without one instead of visiting
-    // every held node below them (issue 12).
-    std::vector<uint32_t> free_tree;
     // Per leaf: obtain << 64 | held << 63 | floor, so one compare orders by
     // (obtain, free first, floor); node id breaks the remaining ties.
-    std::vector<unsigned __int128> key;
+    LineVector<unsigned __int128> key;
     std::vector<NodeId> leaf_node;  // Per leaf.
+    // Per leaf: 1 if free (neither held nor reserved) at its last re-key.
+    std::vector<uint8_t> free_leaf;
+    MinTree tree;  // Over every leaf.
+    // The same over free leaves only: a search for a free node skips whole
+    // subtrees without one instead of visiting every held node below them
+    // (issue 12).
+    MinTree free_tree;
     Price obtain(uint32_t leaf) const { return static_cast<Price>(key[leaf] >> 64); }
+    // The leaves of `tree` and of `free_tree` (MinTree's views).
+    struct AllLeaves {
+      const TypeIndex& ix;
+      unsigned __int128 key(uint32_t i) const { return ix.key[i]; }
+      uint32_t tie(uint32_t i) const { return ix.leaf_node[i].value; }
+      bool present(uint32_t) const { return true; }
+    };
+    struct FreeLeaves : AllLeaves {
+      bool present(uint32_t i) const { return ix.free_leaf[i] != 0; }
+    };
+    AllLeaves all_leaves() const { return AllLeaves{*this}; }
+    FreeLeaves free_leaves() const { return FreeLeaves{{*this}}; }
+    // Both trees from key and free_leaf.
+    void Build() {
+      tree.Build(all_leaves(), static_cast<uint32_t>(key.size()));
+      free_tree.Build(free_leaves(), static_cast<uint32_t>(key.size()));
+    }
+    void SetFree(uint32_t leaf, bool free) {
+      free_leaf[leaf] = free;
+      free_tree.Update(free_leaves(), leaf);
+    }
   };
   unsigned __int128 KeyOf(NodeId n) const {
     const NodeState& s = nodes_[n.value];
@@ -940,17 +963,12 @@ class MarketEngine::Impl {
   // ---------------------------------------------------------------- index (books.cc)
   void EnsureIndex();
 
-  // Tie-break (docs/MECHANISM.md): lower obtain, then free before held, then lower floor, then lower id.
+  // Tie-break (docs/MECHANISM.md): lower obtain, then free before held, then
+  // lower floor (the key), then lower id; MinTree orders leaves by it.
   bool LeafLess(const TypeIndex& ix, uint32_t a, uint32_t b) const {
     if (ix.key[a] != ix.key[b]) return ix.key[a] < ix.key[b];
     return ix.leaf_node[a].value < ix.leaf_node[b].value;
   }
-  uint32_t Better(const TypeIndex& ix, uint32_t a, uint32_t b) const {
-    if (a == UINT32_MAX) return b;
-    if (b == UINT32_MAX) return a;
-    return LeafLess(ix, a, b) ? a : b;
-  }
-
   // Free: neither held nor reserved for a gang (what a free-only search takes).
   bool IsFree(const NodeState& s) const { return !s.holder.valid() && s.order_slot == UINT32_MAX; }
   // Re-keys n and queues the orders above it that reach its obtain price.
@@ -958,49 +976,12 @@ class MarketEngine::Impl {
   // holder is unchanged and its obtain price did not fall), so the walk over
   // its ancestors' books is skipped.
   void RefreshNode(NodeId n, bool wake = true);
-  // Sets leaf's entry in `tree` (one of ix's trees) and re-derives its ancestors.
-  void Rekey(const TypeIndex& ix, std::vector<uint32_t>& tree, uint32_t leaf, uint32_t entry) const;
-  // The same in ix.tree for a leaf whose key changed, `better` if it fell.
-  void RekeyMoved(TypeIndex& ix, uint32_t leaf, bool better) const;
   void AddCandidatesAbove(NodeId n, Price price);
 
-  // Best leaf in [lo, hi) of type t by LeafLess, skipping leaves that `skip` rejects.
-  // `tree` is ix.tree (every leaf) or ix.free_tree (free leaves only).
-  template <typename Skip>
-  uint32_t FindBestIn(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t lo, uint32_t hi,
-                      Skip&& skip) const {
-    uint32_t best = UINT32_MAX;
-    FindRec(ix, tree, 1, 0, ix.size, lo, hi, skip, &best);
-    return best;
-  }
-  template <typename Skip>
-  void FindRec(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t node, uint32_t nlo, uint32_t nhi,
-               uint32_t lo, uint32_t hi, Skip& skip, uint32_t* best) const {
-    if (nhi <= lo || hi <= nlo) return;
-    uint32_t m = tree[node];
-    if (m == UINT32_MAX) return;
-    if (*best != UINT32_MAX && !LeafLess(ix, m, *best)) return;  // Nothing better below.
-    if (lo <= nlo && nhi <= hi && !skip(m)) {
-      *best = m;
-      return;
-    }
-    if (nhi - nlo == 1) return;
-    uint32_t mid = (nlo + nhi) / 2;
-    FindRec(ix, tree, 2 * node, nlo, mid, lo, hi, skip, best);
-    FindRec(ix, tree, 2 * node + 1, mid, nhi, lo, hi, skip, best);
-  }
-
-  // Best leaf in [lo, hi) of `tree` by LeafLess, skipping none: the same leaf
-  // as FindBestIn with nothing to skip (LeafLess is a total order), from the
-  // O(log n) segments that cover the range, bottom up, without recursion. A
-  // leaf vertex's range is one segment.
-  uint32_t RangeBest(const TypeIndex& ix, const std::vector<uint32_t>& tree, uint32_t lo, uint32_t hi) const {
-    uint32_t best = UINT32_MAX;
-    for (uint32_t l = lo + ix.size, r = hi + ix.size; l < r; l >>= 1, r >>= 1) {
-      if (l & 1) best = Better(ix, best, tree[l++]);
-      if (r & 1) best = Better(ix, best, tree[--r]);
-    }
-    return best;
+  // Best leaf in [lo, hi) by the tie-break order: the same leaf as a search
+  // with nothing to skip, from the nodes that cover the range, bottom up.
+  uint32_t RangeBest(const TypeIndex& ix, uint32_t lo, uint32_t hi) const {
+    return ix.tree.RangeBest(ix.all_leaves(), lo, hi);
   }
 
   NodeId BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude = nullptr);

@@ -86,7 +86,7 @@ Price MarketEngine::Impl::QuoteOf(VertexId v) {
 Price MarketEngine::Impl::IndexedQuote(VertexId v, uint32_t* winner) const {
   const TypeIndex& ix = index_[V(v).type.value];
   auto [lo, hi] = topo_.Range(v);
-  uint32_t leaf = RangeBest(ix, ix.tree, lo, hi);
+  uint32_t leaf = RangeBest(ix, lo, hi);
   if (winner != nullptr) *winner = leaf;
   return leaf == UINT32_MAX ? kInfPrice : ix.obtain(leaf);
 }

@@ -635,7 +635,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
       for (size_t i = 0; i < ix.key.size(); ++i) {
         w.U(static_cast<uint64_t>(ix.key[i] >> 64));
         w.U(static_cast<uint64_t>(ix.key[i]));
-        w.B(ix.free_tree[ix.size + i] != UINT32_MAX);
+        w.B(ix.free_leaf[i] != 0);
       }
     }
   }
@@ -899,17 +899,13 @@ Status MarketEngine::Restore(std::string_view image) {
       for (size_t i = 0; i < ix.key.size(); ++i) {
         unsigned __int128 hi = r.U();
         ix.key[i] = hi << 64 | r.U();
-        ix.tree[ix.size + i] = static_cast<uint32_t>(i);
         bool free = r.B();
         // RefreshNode trusts the key's held bit to skip the free-tree entry:
         // a held leaf marked free would stay in the free tree for good.
         if (free && ((ix.key[i] >> 63) & 1)) r.Fail("held leaf marked free");
-        ix.free_tree[ix.size + i] = free ? static_cast<uint32_t>(i) : UINT32_MAX;
+        ix.free_leaf[i] = free;
       }
-      for (uint32_t i = ix.size - 1; i >= 1; --i) {
-        ix.tree[i] = m.Better(ix, ix.tree[2 * i], ix.tree[2 * i + 1]);
-        ix.free_tree[i] = m.Better(ix, ix.free_tree[2 * i], ix.free_tree[2 * i + 1]);
-      }
+      ix.Build();
     }
   }
 

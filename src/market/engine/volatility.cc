@@ -149,7 +149,7 @@ bool MarketEngine::Impl::FreeKeyCurrent(NodeId n, Price f) const {
   if (leaf == UINT32_MAX) return true;
   const TypeIndex& ix = index_[topo_.node(n).type.value];
   unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(f)) << 64 | static_cast<uint64_t>(f);
-  return ix.key[leaf] == k && ix.free_tree[ix.size + leaf] == leaf;
+  return ix.key[leaf] == k && ix.free_leaf[leaf];
 }
 
 }  // namespace laissez::market

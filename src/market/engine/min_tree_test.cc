@@ -1,0 +1,119 @@
+// MinTree (the index's 4-ary tree) against a brute-force scan of the same
+// leaves: the least leaf by (key, tie) over random ranges, with and without
+// leaves skipped, through random key moves (up and down, many ties) and
+// membership changes, at sizes around the powers of four.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "market/engine/min_tree.h"
+
+namespace laissez::market::engine_internal {
+namespace {
+
+struct Leaves {
+  std::vector<MinTree::Key> keys;
+  std::vector<uint32_t> ties;
+  std::vector<uint8_t> in;
+  MinTree::Key key(uint32_t i) const { return keys[i]; }
+  uint32_t tie(uint32_t i) const { return ties[i]; }
+  bool present(uint32_t i) const { return in[i] != 0; }
+};
+
+// The least present leaf in [lo, hi) that skip does not reject, by a scan.
+template <typename Skip>
+uint32_t Scan(const Leaves& lv, uint32_t lo, uint32_t hi, Skip&& skip) {
+  uint32_t best = MinTree::kNone;
+  for (uint32_t i = lo; i < hi; ++i) {
+    if (!lv.present(i) || skip(i)) continue;
+    if (best == MinTree::kNone || lv.keys[i] < lv.keys[best] ||
+        (lv.keys[i] == lv.keys[best] && lv.ties[i] < lv.ties[best])) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+// A key like the index's: obtain in the high half, a held bit, a floor; few
+// distinct values so that equal keys (decided by the tie) are common.
+MinTree::Key RandomKey(std::mt19937_64& rng) {
+  return static_cast<MinTree::Key>(rng() % 6) << 64 | static_cast<MinTree::Key>(rng() % 2) << 63 | rng() % 3;
+}
+
+void CheckQueries(const MinTree& tree, const Leaves& lv, uint32_t n, std::mt19937_64& rng) {
+  auto none = [](uint32_t) { return false; };
+  ASSERT_EQ(tree.Root(), Scan(lv, 0, n, none));
+  for (int q = 0; q < 20; ++q) {
+    uint32_t lo = static_cast<uint32_t>(rng() % (n + 1)), hi = static_cast<uint32_t>(rng() % (n + 1));
+    if (lo > hi) std::swap(lo, hi);
+    ASSERT_EQ(tree.RangeBest(lv, lo, hi), Scan(lv, lo, hi, none)) << "range " << lo << ".." << hi;
+    std::vector<uint8_t> skipped(n);
+    for (auto& s : skipped) s = rng() % 3 == 0;
+    auto skip = [&](uint32_t i) { return skipped[i] != 0; };
+    ASSERT_EQ(tree.FindBest(lv, lo, hi, skip), Scan(lv, lo, hi, skip)) << "range " << lo << ".." << hi;
+    ASSERT_EQ(tree.FindBest(lv, lo, hi, none), Scan(lv, lo, hi, none)) << "range " << lo << ".." << hi;
+  }
+}
+
+TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
+  std::mt19937_64 rng(7);
+  for (uint32_t n : {1u, 2u, 3u, 4u, 5u, 15u, 16u, 17u, 63u, 64u, 65u, 100u, 255u, 256u, 257u, 1000u}) {
+    for (bool all : {true, false}) {
+      Leaves lv;
+      lv.keys.resize(n);
+      lv.in.assign(n, 1);
+      lv.ties.resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        lv.keys[i] = RandomKey(rng);
+        lv.ties[i] = static_cast<uint32_t>((i * 7919u + 13u) % 100003u);  // Not the leaf order.
+        if (!all) lv.in[i] = rng() % 2;
+      }
+      MinTree tree;
+      tree.Build(lv, n);
+      CheckQueries(tree, lv, n, rng);
+      for (int step = 0; step < 300; ++step) {
+        uint32_t leaf = static_cast<uint32_t>(rng() % n);
+        if (!all && rng() % 3 == 0) {
+          lv.in[leaf] = !lv.in[leaf];
+          if (rng() % 2) lv.keys[leaf] = RandomKey(rng);
+          tree.Update(lv, leaf);
+        } else {
+          MinTree::Key old = lv.keys[leaf];
+          lv.keys[leaf] = RandomKey(rng);
+          if (lv.keys[leaf] == old) continue;
+          // Moved is for a present leaf; Update for any.
+          if (lv.present(leaf) && rng() % 4 != 0) {
+            tree.Moved(lv, leaf, lv.keys[leaf] < old);
+          } else {
+            tree.Update(lv, leaf);
+          }
+        }
+        CheckQueries(tree, lv, n, rng);
+      }
+    }
+  }
+}
+
+TEST(MinTree, EmptyTreeAndEmptyRangesFindNothing) {
+  Leaves lv;
+  MinTree tree;
+  tree.Build(lv, 0);
+  auto none = [](uint32_t) { return false; };
+  EXPECT_EQ(tree.Root(), MinTree::kNone);
+  EXPECT_EQ(tree.RangeBest(lv, 0, 0), MinTree::kNone);
+  EXPECT_EQ(tree.FindBest(lv, 0, 0, none), MinTree::kNone);
+  lv.keys = {5, 3};
+  lv.ties = {0, 1};
+  lv.in = {0, 0};
+  tree.Build(lv, 2);
+  EXPECT_EQ(tree.Root(), MinTree::kNone);
+  EXPECT_EQ(tree.RangeBest(lv, 0, 2), MinTree::kNone);
+  lv.in[1] = 1;
+  tree.Update(lv, 1);
+  EXPECT_EQ(tree.Root(), 1u);
+  EXPECT_EQ(tree.RangeBest(lv, 0, 1), MinTree::kNone);
+}
+
+}  // namespace
+}  // namespace laissez::market::engine_internal
