@@ -104,6 +104,25 @@ TEST_F(EngineTest, HolderRaisingInsideGraceKeepsTheNode) {
   EXPECT_EQ(q->pays, 9 * kUnit);
 }
 
+// A lowered limit wakes an order resting at the node's own vertex: the
+// candidate walk starts there only while some leaf vertex's book has an order
+// (issue 12), a count the snapshot's books restore too.
+TEST_F(EngineTest, LoweredLimitWakesAnOrderAtTheNodesOwnVertex) {
+  NodeId n = Add("n1");
+  Add("n2");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n1"), 9 * kUnit}).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("n2"), 9 * kUnit}).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(kSec, b, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  ASSERT_EQ(NodeAt(n).status, NodeStatus::kHeld);
+  MarketEngine restored{MarketParams{}};
+  ASSERT_TRUE(restored.Restore(engine_->Snapshot()).ok());
+  for (MarketEngine* e : {engine_.get(), &restored}) {
+    ASSERT_TRUE(e->SetLimit(2 * kSec, a, n, 3 * kUnit).ok());
+    EXPECT_EQ(e->GetNode(n)->status, NodeStatus::kContested);
+  }
+}
+
 TEST_F(EngineTest, EarlyRelinquishMovesTheNodeAtOnce) {
   NodeId n = Add("n1");
   TenantId a = Tenant("a"), b = Tenant("b");

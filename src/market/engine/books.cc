@@ -18,6 +18,7 @@ void MarketEngine::Impl::EnsureIndex() {
   // and the topology while a rebuild can happen (a dangling NodeState& was
   // found by the split-advance property test).
   index_.assign(topo_.type_count(), {});
+  node_leaf_.assign(nodes_.size(), NodeLeaf{});
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
     TypeIndex& ix = index_[t];
@@ -27,6 +28,7 @@ void MarketEngine::Impl::EnsureIndex() {
     for (uint32_t i = 0; i < order.size(); ++i) {
       ix.key[i] = KeyOf(order[i]);
       ix.free_leaf[i] = IsFree(nodes_[order[i].value]);
+      node_leaf_[order[i].value] = NodeLeaf{i, V(topo_.node(order[i]).leaf).parent};
     }
     ix.Build();
   }
@@ -45,8 +47,11 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
     return;
   }
   TypeIndex& ix = index_[nodes_[n.value].type.value];
-  uint32_t leaf = topo_.LeafIndex(n);
+  const NodeLeaf at = node_leaf_[n.value];
+  uint32_t leaf = at.leaf;
   if (leaf == UINT32_MAX) return;
+  // Where the candidate walk starts: the leaf vertex only if a leaf vertex's book has an order.
+  auto walk_from = [&] { return leaf_books_ > 0 ? topo_.node(n).leaf : at.above; };
   unsigned __int128 k = KeyOf(n);
   Price now_obtain = static_cast<Price>(k >> 64);
   bool free_now = IsFree(nodes_[n.value]);
@@ -57,7 +62,7 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   bool was_held = (old_key >> 63) & 1;
   if (k == old_key) {
     if (!was_held && ix.free_leaf[leaf] != free_now) ix.SetFree(leaf, free_now);
-    if (wake) AddCandidatesAbove(n, now_obtain);
+    if (wake) AddCandidatesFrom(walk_from(), now_obtain);
     return;
   }
   ix.key[leaf] = k;
@@ -67,14 +72,14 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   if (free_now || (!was_held && ix.free_leaf[leaf])) ix.SetFree(leaf, free_now);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
-  if (wake) AddCandidatesAbove(n, now_obtain);
+  if (wake) AddCandidatesFrom(walk_from(), now_obtain);
   if (options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
 
-// Orders at the ancestors of n whose price reaches `price` may now cross.
-void MarketEngine::Impl::AddCandidatesAbove(NodeId n, Price price) {
+// Orders at v and its ancestors whose price reaches `price` may now cross.
+void MarketEngine::Impl::AddCandidatesFrom(VertexId from, Price price) {
   if (price == kInfPrice) return;
-  for (VertexId v = topo_.node(n).leaf; v.valid(); v = V(v).parent) {
+  for (VertexId v = from; v.valid(); v = V(v).parent) {
     if (books_.top(v.value) < price) continue;
     for (const BookEntry& e : books_[v.value]) {
       if (e.price < price) break;
@@ -137,6 +142,7 @@ void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
 // callers refresh the rates the book's summary feeds (AfterBookChange).
 void MarketEngine::Impl::EntryInsert(const Order& o) {
   auto& b = books_.Mutable(o.eff_scope.value);
+  if (b.empty() && V(o.eff_scope).node.valid()) ++leaf_books_;
   BookEntry e{o.effective, o.seq, SlotOf(o), o.book_flags, o.tenant.value};
   b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
   books_.Retop(o.eff_scope.value);

@@ -843,6 +843,17 @@ class MarketEngine::Impl {
   }
   std::vector<TypeIndex> index_;
   uint64_t index_generation_ = UINT64_MAX;
+  // Per node, built with the index and valid while it is current: the node's
+  // position in its type's leaf order (UINT32_MAX if it has none) and the
+  // parent of its leaf vertex, where a limit change's candidate walk starts
+  // while no leaf vertex has an order (issue 12: one 8-byte read instead of
+  // the topology's leaf index, node record, leaf vertex and that book's top).
+  struct NodeLeaf {
+    uint32_t leaf = UINT32_MAX;
+    VertexId above;
+  };
+  std::vector<NodeLeaf> node_leaf_;
+  uint32_t leaf_books_ = 0;  // Leaf vertices (one node each) whose book is not empty.
 
   // Work lists of the current instant.
   std::set<std::tuple<Price, uint64_t, uint32_t>> candidates_;  // (-price, seq, slot).
@@ -976,7 +987,9 @@ class MarketEngine::Impl {
   // holder is unchanged and its obtain price did not fall), so the walk over
   // its ancestors' books is skipped.
   void RefreshNode(NodeId n, bool wake = true);
-  void AddCandidatesAbove(NodeId n, Price price);
+  void AddCandidatesAbove(NodeId n, Price price) { AddCandidatesFrom(topo_.node(n).leaf, price); }
+  // The same from vertex v up (v and its ancestors).
+  void AddCandidatesFrom(VertexId v, Price price);
 
   // Best leaf in [lo, hi) by the tie-break order: the same leaf as a search
   // with nothing to skip, from the nodes that cover the range, bottom up.
@@ -997,6 +1010,7 @@ class MarketEngine::Impl {
   void EntryErase(const Order& o) {
     auto& b = books_.Mutable(o.eff_scope.value);
     b.erase(FindEntry(b, o));
+    if (b.empty() && V(o.eff_scope).node.valid()) --leaf_books_;
     books_.Retop(o.eff_scope.value);
   }
 

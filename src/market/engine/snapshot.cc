@@ -816,6 +816,7 @@ Status MarketEngine::Restore(std::string_view image) {
       entered[e.slot] = true;
     }
     if (r.ok()) m.books_.Retop(v);
+    if (r.ok() && m.V(VertexId(v)).node.valid()) ++m.leaf_books_;
   }
   for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
     const Order& o = m.orders_[slot];
