@@ -1,12 +1,16 @@
 // MinTree: the per-type index's tree (issue 12: fewer cache misses per re-key).
 // Internal to src/market: included by engine_impl.h.
 //
-// A 4-ary min tree over leaves 0..n-1 ordered by (key, tie): per node, the least
-// key below it and the leaf that holds it. Four siblings' keys (16 bytes each)
-// fill one 64-byte line and their leaves 16 bytes of another, so re-deriving a
-// node reads one line of keys, and a re-key climbs half the levels of a binary
-// tree: at 1M leaves ten levels, of which the bottom few are not cached, against
-// twenty (each reading the sibling's key from a leaf far away). The leaves
+// A 2^kBits-ary min tree over leaves 0..n-1 ordered by (key, tie): per node, the
+// least key below it and the leaf that holds it. At kBits 2 (4-ary, the tree of
+// every node, which each limit change re-keys) four siblings' keys (16 bytes
+// each) fill one 64-byte line and their leaves 16 bytes of another, so
+// re-deriving a node reads one line of keys, and a re-key climbs half the
+// levels of a binary tree: at 1M leaves ten levels, of which the bottom few are
+// not cached, against twenty (each reading the sibling's key from a leaf far
+// away). At kBits 3 (the free nodes' tree, re-keyed only when a node is freed,
+// taken or re-priced while free) a node's keys take two lines, for 2.9 bytes a
+// leaf against 6.7. The leaves
 // themselves (their keys, ties and membership) belong to the caller, passed as a
 // `Leaves` view with key(i), tie(i) and present(i); the tree holds the levels
 // above them. Which leaf a search returns does not depend on the tree's shape:
@@ -37,8 +41,10 @@ struct LineAllocator {
 template <typename T>
 using LineVector = std::vector<T, LineAllocator<T>>;
 
+template <uint32_t kBits>
 class MinTree {
  public:
+  static constexpr uint32_t kArity = 1u << kBits;
   using Key = unsigned __int128;
   static constexpr uint32_t kNone = UINT32_MAX;
 
@@ -50,10 +56,10 @@ class MinTree {
     if (n == 0) return;
     uint32_t count = n;
     do {
-      count = (count + 3) / 4;
+      count = (count + kArity - 1) >> kBits;
       Level& l = up_.emplace_back();
-      l.key.assign(Round4(count), 0);
-      l.win.assign(Round4(count), kNone);
+      l.key.assign(RoundUp(count), 0);
+      l.win.assign(RoundUp(count), kNone);
       uint32_t level = static_cast<uint32_t>(up_.size());
       for (uint32_t j = 0; j < count; ++j) Derive(lv, level, j, &up_.back().key[j], &up_.back().win[j]);
     } while (count > 1);
@@ -68,7 +74,7 @@ class MinTree {
   void Update(const Leaves& lv, uint32_t leaf) {
     uint32_t j = leaf;
     for (uint32_t level = 1; level <= up_.size(); ++level) {
-      j >>= 2;
+      j >>= kBits;
       Key k;
       uint32_t w;
       Derive(lv, level, j, &k, &w);
@@ -87,7 +93,7 @@ class MinTree {
     if (!fell) {
       uint32_t j = leaf;
       for (uint32_t level = 1; level <= up_.size(); ++level) {
-        j >>= 2;
+        j >>= kBits;
         Level& l = up_[level - 1];
         if (l.win[j] != leaf) return;
         Derive(lv, level, j, &l.key[j], &l.win[j]);
@@ -97,7 +103,7 @@ class MinTree {
     Key k = lv.key(leaf);
     uint32_t j = leaf;
     for (uint32_t level = 1; level <= up_.size(); ++level) {
-      j >>= 2;
+      j >>= kBits;
       Level& l = up_[level - 1];
       if (l.win[j] != leaf && l.win[j] != kNone && !Less(lv, k, leaf, l.key[j], l.win[j])) return;
       l.key[j] = k;
@@ -112,13 +118,13 @@ class MinTree {
     Best best;
     uint32_t level = 0;
     while (lo < hi) {
-      bool last = (lo >> 2) == ((hi - 1) >> 2) || level == up_.size();
-      uint32_t head = last ? hi : std::min(hi, Round4(lo));
+      bool last = (lo >> kBits) == ((hi - 1) >> kBits) || level == up_.size();
+      uint32_t head = last ? hi : std::min(hi, RoundUp(lo));
       for (; lo < head; ++lo) Take(lv, level, lo, &best);
       if (last) break;
-      for (; hi & 3; --hi) Take(lv, level, hi - 1, &best);
-      lo >>= 2;
-      hi >>= 2;
+      for (; hi & (kArity - 1); --hi) Take(lv, level, hi - 1, &best);
+      lo >>= kBits;
+      hi >>= kBits;
       ++level;
     }
     return best.w;
@@ -141,7 +147,7 @@ class MinTree {
     Key k = 0;
     uint32_t w = kNone;
   };
-  static uint32_t Round4(uint32_t x) { return (x + 3) & ~3u; }
+  static uint32_t RoundUp(uint32_t x) { return (x + kArity - 1) & ~(kArity - 1); }
 
   template <typename Leaves>
   static bool Less(const Leaves& lv, Key ka, uint32_t wa, Key kb, uint32_t wb) {
@@ -167,9 +173,9 @@ class MinTree {
   void Derive(const Leaves& lv, uint32_t level, uint32_t j, Key* k, uint32_t* w) const {
     Best best;
     if (level == 1) {
-      for (uint32_t c = 4 * j, end = std::min(4 * j + 4, n_); c < end; ++c) Take(lv, 0, c, &best);
+      for (uint32_t c = j << kBits, end = std::min((j + 1) << kBits, n_); c < end; ++c) Take(lv, 0, c, &best);
     } else {
-      for (uint32_t c = 4 * j; c < 4 * j + 4; ++c) Take(lv, level - 1, c, &best);
+      for (uint32_t c = j << kBits; c < (j + 1) << kBits; ++c) Take(lv, level - 1, c, &best);
     }
     *k = best.k;
     *w = best.w;
@@ -177,7 +183,7 @@ class MinTree {
   template <typename Leaves, typename Skip>
   void FindRec(const Leaves& lv, uint32_t level, uint32_t j, uint32_t lo, uint32_t hi, Skip& skip,
                Best* best) const {
-    uint64_t nlo = uint64_t{j} << (2 * level), nhi = uint64_t{j + 1} << (2 * level);
+    uint64_t nlo = uint64_t{j} << (kBits * level), nhi = uint64_t{j + 1} << (kBits * level);
     if (nhi <= lo || hi <= nlo) return;
     Key k;
     uint32_t w;
@@ -197,11 +203,11 @@ class MinTree {
       return;
     }
     if (level == 0) return;
-    for (uint32_t c = 4 * j; c < 4 * j + 4; ++c) FindRec(lv, level - 1, c, lo, hi, skip, best);
+    for (uint32_t c = j << kBits; c < (j + 1) << kBits; ++c) FindRec(lv, level - 1, c, lo, hi, skip, best);
   }
 
   uint32_t n_ = 0;
-  std::vector<Level> up_;  // up_[0]: the nodes over four leaves each; up_.back(): the root's level.
+  std::vector<Level> up_;  // up_[0]: the nodes over kArity leaves each; up_.back(): the root's level.
 };
 
 }  // namespace laissez::market::engine_internal

@@ -1,4 +1,4 @@
-// MinTree (the index's 4-ary tree) against a brute-force scan of the same
+// MinTree (the index's 4-ary and 8-ary trees, and a binary one) against a brute-force scan of the same
 // leaves: the least leaf by (key, tie) over random ranges, with and without
 // leaves skipped, through random key moves (up and down, many ties) and
 // membership changes, at sizes around the powers of four.
@@ -12,11 +12,14 @@
 namespace laissez::market::engine_internal {
 namespace {
 
+using Key = unsigned __int128;
+constexpr uint32_t kNone = UINT32_MAX;
+
 struct Leaves {
-  std::vector<MinTree::Key> keys;
+  std::vector<Key> keys;
   std::vector<uint32_t> ties;
   std::vector<uint8_t> in;
-  MinTree::Key key(uint32_t i) const { return keys[i]; }
+  Key key(uint32_t i) const { return keys[i]; }
   uint32_t tie(uint32_t i) const { return ties[i]; }
   bool present(uint32_t i) const { return in[i] != 0; }
 };
@@ -24,10 +27,10 @@ struct Leaves {
 // The least present leaf in [lo, hi) that skip does not reject, by a scan.
 template <typename Skip>
 uint32_t Scan(const Leaves& lv, uint32_t lo, uint32_t hi, Skip&& skip) {
-  uint32_t best = MinTree::kNone;
+  uint32_t best = kNone;
   for (uint32_t i = lo; i < hi; ++i) {
     if (!lv.present(i) || skip(i)) continue;
-    if (best == MinTree::kNone || lv.keys[i] < lv.keys[best] ||
+    if (best == kNone || lv.keys[i] < lv.keys[best] ||
         (lv.keys[i] == lv.keys[best] && lv.ties[i] < lv.ties[best])) {
       best = i;
     }
@@ -37,11 +40,12 @@ uint32_t Scan(const Leaves& lv, uint32_t lo, uint32_t hi, Skip&& skip) {
 
 // A key like the index's: obtain in the high half, a held bit, a floor; few
 // distinct values so that equal keys (decided by the tie) are common.
-MinTree::Key RandomKey(std::mt19937_64& rng) {
-  return static_cast<MinTree::Key>(rng() % 6) << 64 | static_cast<MinTree::Key>(rng() % 2) << 63 | rng() % 3;
+Key RandomKey(std::mt19937_64& rng) {
+  return static_cast<Key>(rng() % 6) << 64 | static_cast<Key>(rng() % 2) << 63 | rng() % 3;
 }
 
-void CheckQueries(const MinTree& tree, const Leaves& lv, uint32_t n, std::mt19937_64& rng) {
+template <typename Tree>
+void CheckQueries(const Tree& tree, const Leaves& lv, uint32_t n, std::mt19937_64& rng) {
   auto none = [](uint32_t) { return false; };
   ASSERT_EQ(tree.Root(), Scan(lv, 0, n, none));
   for (int q = 0; q < 20; ++q) {
@@ -56,8 +60,9 @@ void CheckQueries(const MinTree& tree, const Leaves& lv, uint32_t n, std::mt1993
   }
 }
 
-TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
-  std::mt19937_64 rng(7);
+template <uint32_t kBits>
+void MatchesAScan() {
+  std::mt19937_64 rng(7 + kBits);
   for (uint32_t n : {1u, 2u, 3u, 4u, 5u, 15u, 16u, 17u, 63u, 64u, 65u, 100u, 255u, 256u, 257u, 1000u}) {
     for (bool all : {true, false}) {
       Leaves lv;
@@ -69,7 +74,7 @@ TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
         lv.ties[i] = static_cast<uint32_t>((i * 7919u + 13u) % 100003u);  // Not the leaf order.
         if (!all) lv.in[i] = rng() % 2;
       }
-      MinTree tree;
+      MinTree<kBits> tree;
       tree.Build(lv, n);
       CheckQueries(tree, lv, n, rng);
       for (int step = 0; step < 300; ++step) {
@@ -79,7 +84,7 @@ TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
           if (rng() % 2) lv.keys[leaf] = RandomKey(rng);
           tree.Update(lv, leaf);
         } else {
-          MinTree::Key old = lv.keys[leaf];
+          Key old = lv.keys[leaf];
           lv.keys[leaf] = RandomKey(rng);
           if (lv.keys[leaf] == old) continue;
           // Moved is for a present leaf; Update for any.
@@ -95,24 +100,30 @@ TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
   }
 }
 
+TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
+  MatchesAScan<1>();
+  MatchesAScan<2>();  // The tree of every node.
+  MatchesAScan<3>();  // The free nodes' tree.
+}
+
 TEST(MinTree, EmptyTreeAndEmptyRangesFindNothing) {
   Leaves lv;
-  MinTree tree;
+  MinTree<2> tree;
   tree.Build(lv, 0);
   auto none = [](uint32_t) { return false; };
-  EXPECT_EQ(tree.Root(), MinTree::kNone);
-  EXPECT_EQ(tree.RangeBest(lv, 0, 0), MinTree::kNone);
-  EXPECT_EQ(tree.FindBest(lv, 0, 0, none), MinTree::kNone);
+  EXPECT_EQ(tree.Root(), kNone);
+  EXPECT_EQ(tree.RangeBest(lv, 0, 0), kNone);
+  EXPECT_EQ(tree.FindBest(lv, 0, 0, none), kNone);
   lv.keys = {5, 3};
   lv.ties = {0, 1};
   lv.in = {0, 0};
   tree.Build(lv, 2);
-  EXPECT_EQ(tree.Root(), MinTree::kNone);
-  EXPECT_EQ(tree.RangeBest(lv, 0, 2), MinTree::kNone);
+  EXPECT_EQ(tree.Root(), kNone);
+  EXPECT_EQ(tree.RangeBest(lv, 0, 2), kNone);
   lv.in[1] = 1;
   tree.Update(lv, 1);
   EXPECT_EQ(tree.Root(), 1u);
-  EXPECT_EQ(tree.RangeBest(lv, 0, 1), MinTree::kNone);
+  EXPECT_EQ(tree.RangeBest(lv, 0, 1), kNone);
 }
 
 }  // namespace
