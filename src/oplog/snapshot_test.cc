@@ -255,6 +255,16 @@ std::string Resealed(std::string image) {
   return image;
 }
 
+// Restoring `bad` (payload length and checksum re-done) into `target` is
+// refused as data loss, naming `words`, and leaves `target` as it was.
+void ExpectRefused(MarketEngine& target, const std::string& bad, const std::string& words) {
+  const std::string before = target.Snapshot();
+  Status st = target.Restore(Resealed(bad));
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find(words), std::string::npos) << "want '" << words << "', got " << st.ToString();
+  EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+}
+
 // A zigzag varint, as the image stores a signed value.
 std::string Varint(int64_t v) {
   uint64_t u = (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
@@ -264,8 +274,8 @@ std::string Varint(int64_t v) {
   return out;
 }
 
-// The placed price of an updated order lives in the order's rare fields
-// (issue 12); the image keeps it, and one that Place would refuse (negative
+// The placed price of an updated order lives in a table by slot (issue 12,
+// SlotPrices); the image keeps it, and one that Place would refuse (negative
 // or infinite) is refused by name.
 TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndAnInvalidOneIsRefused) {
   MarketEngine source;
@@ -362,13 +372,7 @@ TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
   ASSERT_NE(at1, std::string::npos) << "leaf 1's book not found in the image";
 
   MarketEngine target;
-  const std::string before = target.Snapshot();
-  auto refused = [&](const std::string& bad, const std::string& words) {
-    Status st = target.Restore(Resealed(bad));
-    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
-    EXPECT_NE(st.message().find(words), std::string::npos) << "want '" << words << "', got " << st.ToString();
-    EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
-  };
+  auto refused = [&](const std::string& bad, const std::string& words) { ExpectRefused(target, bad, words); };
   const std::string book0 = "books: book at vertex " + std::to_string(leaf0.value) + ": ";
   {  // Leaf 1's book claims leaf 0's vertex.
     std::string bad = image;
@@ -401,6 +405,65 @@ TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
     bad.erase(at + kEntry, kEntry);
     refused(bad, "order " + std::to_string(ob->value) + " (slot ");
     refused(bad, "is in the book at vertex " + std::to_string(leaf0.value) + " but has no entry there");
+  }
+  // The good image still loads into the same engine afterwards.
+  ASSERT_TRUE(target.Restore(image).ok());
+  EXPECT_EQ(target.Snapshot(), image);
+}
+
+// The tenants' exhaustion checks (a heap of their own, merged into the
+// schedule in the image) must be their tenants' (Tenant::exhaust_sched): an
+// entry at another time, a tenant listed twice, and a tenant whose check the
+// schedule does not hold are refused by name at restore, the engine left as
+// it was. (A check that never fires would leave the tenant never exhausted.)
+TEST(Snapshot, ExhaustionChecksThatAreNotTheirTenantsAreRefused) {
+  MarketEngine source;
+  topology::NodeInfo info{"n0", "gpu", "eu", "eu-1", "r1", "k1", {}};
+  auto n = source.AddNode(0, info);
+  ASSERT_TRUE(n.ok());
+  auto t = source.CreateTenant(0, "a", 100 * kMicroUnits);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->value, 0u);  // Tenant 0: its id is one zero byte below.
+  FloorTarget target_node;
+  target_node.node = *n;
+  ASSERT_TRUE(source.AddPolicy(0, StaticFloorSpec{target_node, 10 * kMicroUnits}).ok());
+  // Holds the node at 10/h from a balance of 100: its exhaustion check is the
+  // schedule's only entry, and the market's next event.
+  ASSERT_TRUE(source.PlaceOrder(0, *t, OrderSpec{source.topology().node(*n).leaf, 10 * kMicroUnits}).ok());
+  const Micros check = source.NextEventTime();
+  ASSERT_GT(check, 0);
+  ASSERT_LT(check, kNever);
+  const std::string image = source.Snapshot();
+
+  // The schedule: its count (1), then the entry: time, kind (4: an
+  // exhaustion check), tenant.
+  const std::string entry = Varint(check) + std::string(1, char(4)) + std::string(1, char(0));
+  size_t at = std::string::npos;
+  for (size_t p = image.find(entry, 20); p != std::string::npos; p = image.find(entry, p + 1)) {
+    if (image[p - 1] == 1) at = p;
+  }
+  ASSERT_NE(at, std::string::npos) << "the schedule's entry was not found in the image";
+
+  MarketEngine target;
+  auto refused = [&](const std::string& bad, const std::string& words) { ExpectRefused(target, bad, words); };
+  {  // The entry a microsecond late.
+    std::string later = Varint(check + 1);
+    ASSERT_EQ(later.size(), Varint(check).size());
+    std::string bad = image;
+    bad.replace(at, later.size(), later);
+    refused(bad, "exhaustion check of tenant 0 at " + std::to_string(check + 1) + ": not the tenant's scheduled check");
+  }
+  {  // The entry twice.
+    std::string bad = image;
+    bad[at - 1] = 2;
+    bad.insert(at, entry);
+    refused(bad, "exhaustion check of tenant 0 at " + std::to_string(check) + ": not the tenant's scheduled check");
+  }
+  {  // No entry: the tenant's check would never fire.
+    std::string bad = image;
+    bad[at - 1] = 0;
+    bad.erase(at, entry.size());
+    refused(bad, "exhaustion checks: the tenants have 1 scheduled, the schedule holds 0");
   }
   // The good image still loads into the same engine afterwards.
   ASSERT_TRUE(target.Restore(image).ok());

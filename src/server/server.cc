@@ -407,9 +407,9 @@ class Server::Services {
       });
     }
 
-    static Status Update(WriterContext& w, const Principal& p, uint64_t order, int64_t price) {
-      LZ_RETURN_IF_ERROR(OwnOrder(w.engine(), p.tenant, order).status());
-      return w.Apply(market::OpUpdateOrder{p.tenant, OrderId(order), price}).status;
+    static Status Update(WriterContext& w, TenantId tenant, uint64_t order, int64_t price) {
+      LZ_RETURN_IF_ERROR(OwnOrder(w.engine(), tenant, order).status());
+      return w.Apply(market::OpUpdateOrder{tenant, OrderId(order), price}).status;
     }
 
     // UpdateOrder runs on gRPC's callback API like StreamUpdates: the request
@@ -444,8 +444,8 @@ class Server::Services {
       const Principal& p = *admitted;
       s_->ExecAsync<bool>(
           p,
-          [p, order = q->order(), price = q->price()](WriterContext& w) -> Result<bool> {
-            LZ_RETURN_IF_ERROR(Update(w, p, order, price));
+          [tenant = p.tenant, order = q->order(), price = q->price()](WriterContext& w) -> Result<bool> {
+            LZ_RETURN_IF_ERROR(Update(w, tenant, order, price));
             return true;
           },
           [finish](Result<bool> done) { finish(done.status()); });
@@ -651,7 +651,7 @@ class Server::Services {
                   token = t->s_->s_->tokens_.Recheck(*p);
                   checked = true;
                 }
-                it.status = token.ok() ? Update(w, *p, it.order, it.price) : token;
+                it.status = token.ok() ? Update(w, p->tenant, it.order, it.price) : token;
               }
             },
             // On the committing thread, once the message's records are durable.

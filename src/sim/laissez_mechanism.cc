@@ -403,8 +403,10 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   // with the work in between. Hints only: nothing is read that the walk
   // does not read anyway, and nothing changes.
   // EconAdapter::Prefetch's levels: the adapter, its request, client and
-  // strategy, the request's buffers and the strategy chain's next hops (up
-  // to four decorators and a table).
+  // strategy, then the request's buffers and the strategy chain four hops
+  // deep (levels 2-5: the objects at depth 1-4, or the table of a base met
+  // sooner; the simulator's longest chain, four decorators over a
+  // ThroughputValue, has its base fetched but not the base's table).
   static constexpr int kPrefetchLevels = 6;
   void PrefetchAhead(size_t i) const {
     const size_t n = active_.size();

@@ -1,4 +1,4 @@
-// Order books and the per-type segment tree: the index that finds the node with the lowest
+// Order books and the per-type index (its trees: min_tree.h): the index that finds the node with the lowest
 // obtain price below a vertex, re-keying nodes, candidate orders, and the per-vertex books
 // (insert, erase, reprice, competing-demand summaries).
 // Member functions of MarketEngine::Impl (state and declarations: engine_impl.h).

@@ -564,14 +564,12 @@ class OrderIndex {
   int shift_ = 64;
 };
 
-// A price by order slot (issue 12), for two of an order's rare fields: the
-// placed price of an order whose requested price an update has moved, and
-// the clip step of an order placed or raised while clipping is on. An
+// A price by order slot (issue 12), for one of an order's rare fields: the
+// placed price of an order whose requested price an update has moved. An
 // open-addressing table with linear probing, 12 bytes an entry and at most
-// half full, where each set an OrderCold entry, a hash node of about 100
-// bytes (the first on an order's first price update, the second on every
-// Place with clipping on). An entry outlives its order until the slot is
-// reused, as the record's other fields do.
+// half full, where an OrderCold entry (a hash node of about 100 bytes) was
+// made on an order's first price update. An entry outlives its order until
+// the slot is reused, as the record's other fields do.
 class SlotPrices {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -764,7 +762,14 @@ class MarketEngine::Impl {
   }
   const std::vector<NodeId>& Claims(const Order& o) const { return Cold(o).claims; }
   SlotPrices placed_;     // By slot: the placed price of orders an update moved.
-  SlotPrices clip_step_;  // By slot: the clip step ApplyClip last set (none: 0).
+  // By slot: the clip step ApplyClip last set (0: none). Dense, since with
+  // clipping on every Place sets one; empty while clipping never was on.
+  std::vector<Price> clip_step_;
+  Price ClipStepOf(uint32_t slot) const { return slot < clip_step_.size() ? clip_step_[slot] : 0; }
+  void SetClipStep(uint32_t slot, Price step) {
+    if (slot >= clip_step_.size()) clip_step_.resize(std::max<size_t>(slot + 1, orders_.size()), 0);
+    clip_step_[slot] = step;
+  }
   // OrderSpec::price as placed, of the order in `slot`.
   Price PlacedPrice(uint32_t slot) const {
     Price p = placed_.Find(slot);
@@ -976,10 +981,10 @@ class MarketEngine::Impl {
   void EnsureIndex();
 
   // Tie-break (docs/MECHANISM.md): lower obtain, then free before held, then
-  // lower floor (the key), then lower id; MinTree orders leaves by it.
+  // lower floor (the key), then lower id: the order the index's trees keep
+  // (TouchRekeyed predicts their winners with it).
   bool LeafLess(const TypeIndex& ix, uint32_t a, uint32_t b) const {
-    if (ix.key[a] != ix.key[b]) return ix.key[a] < ix.key[b];
-    return ix.leaf_node[a].value < ix.leaf_node[b].value;
+    return decltype(ix.tree)::Less(ix.all_leaves(), ix.key[a], a, ix.key[b], b);
   }
   // Free: neither held nor reserved for a gang (what a free-only search takes).
   bool IsFree(const NodeState& s) const { return !s.holder.valid() && s.order_slot == UINT32_MAX; }

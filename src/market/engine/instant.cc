@@ -152,11 +152,13 @@ void MarketEngine::Impl::RunDue() {
     }
   }
   if (!exhaust_sched_.empty() && exhaust_sched_.top_time() <= now_) {
-    // Into the set's order (time, kind, id), as if the entries were in it.
+    // Into the set's order (time, kind, id), as if the entries were in it:
+    // both runs are sorted (the set's, and the heap's pops).
+    const auto mid = static_cast<std::ptrdiff_t>(due.size());
     for (; !exhaust_sched_.empty() && exhaust_sched_.top_time() <= now_; exhaust_sched_.Pop()) {
       due.push_back(SchedKey{exhaust_sched_.top().time, kSchedExhaust, exhaust_sched_.top().tenant});
     }
-    std::sort(due.begin(), due.end());
+    std::inplace_merge(due.begin(), due.begin() + mid, due.end());
   }
   std::stable_sort(due.begin(), due.end(), [](const SchedKey& a, const SchedKey& b) {
     return (a.kind == kSchedClip) > (b.kind == kSchedClip);

@@ -138,6 +138,13 @@ class MinTree {
     return best.w;
   }
 
+  // The tree's order: leaf wa (key ka) before leaf wb (key kb).
+  template <typename Leaves>
+  static bool Less(const Leaves& lv, Key ka, uint32_t wa, Key kb, uint32_t wb) {
+    if (ka != kb) return ka < kb;
+    return lv.tie(wa) < lv.tie(wb);
+  }
+
  private:
   struct Level {
     LineVector<Key> key;        // Per node: the least key below it (any value if empty).
@@ -149,11 +156,6 @@ class MinTree {
   };
   static uint32_t RoundUp(uint32_t x) { return (x + kArity - 1) & ~(kArity - 1); }
 
-  template <typename Leaves>
-  static bool Less(const Leaves& lv, Key ka, uint32_t wa, Key kb, uint32_t wb) {
-    if (ka != kb) return ka < kb;
-    return lv.tie(wa) < lv.tie(wb);
-  }
   template <typename Leaves>
   static void Offer(const Leaves& lv, Key k, uint32_t w, Best* best) {
     if (best->w == kNone || Less(lv, k, w, best->k, best->w)) *best = Best{k, w};

@@ -191,7 +191,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   Order& o = orders_[slot];
   if (o.has_cold) order_cold_.erase(slot);  // The previous order's, kept until now.
   placed_.Erase(slot);                        // Likewise.
-  clip_step_.Erase(slot);
+  if (slot < clip_step_.size()) clip_step_[slot] = 0;
   o = Order();
   o.id = OrderId(next_order_id_++);
   o.tenant = tid;

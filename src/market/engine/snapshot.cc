@@ -539,7 +539,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   w.U(m.orders_.size());
   for (uint32_t slot = 0; slot < m.orders_.size(); ++slot) {
     const Order& o = m.orders_[slot];
-    OrderSlotPrices sp{m.PlacedPrice(slot), std::max<Price>(0, m.clip_step_.Find(slot))};
+    OrderSlotPrices sp{m.PlacedPrice(slot), m.ClipStepOf(slot)};
     OrderFields(w, o, m.Cold(o), sp);
   }
   w.F(m.free_slots_);
@@ -755,7 +755,7 @@ Status MarketEngine::Restore(std::string_view image) {
     OrderSlotPrices sp;
     OrderFields(r, o, c, sp);
     if (r.ok() && sp.placed >= 0) m.placed_.Insert(slot, sp.placed);
-    if (r.ok() && sp.clip_step != 0) m.clip_step_.Insert(slot, sp.clip_step);
+    if (r.ok() && sp.clip_step != 0) m.SetClipStep(slot, sp.clip_step);
     if (o.state > OrderState::kCancelled) r.Fail("order state " + Num(static_cast<uint8_t>(o.state)) + " unknown");
     if (o.locality > Locality::kSameRack) r.Fail("locality " + Num(static_cast<uint8_t>(o.locality)) + " unknown");
     if (c != OrderCold{}) {
@@ -864,6 +864,14 @@ Status MarketEngine::Restore(std::string_view image) {
     } else {
       m.exhaust_sched_.Insert(k.time, static_cast<uint32_t>(k.id));
     }
+  }
+  // And the other way: every tenant with a scheduled check has its entry
+  // (with the checks above, equal counts make the match one to one).
+  size_t armed = 0;
+  for (const Tenant& t : m.tenants_) armed += t.exhaust_sched != kNever;
+  if (r.ok() && armed != m.exhaust_sched_.size()) {
+    r.Fail("exhaustion checks: the tenants have " + Num(armed) + " scheduled, the schedule holds " +
+           Num(m.exhaust_sched_.size()));
   }
   r.F(m.decaying_);
   size_t decays = r.Count();

@@ -46,7 +46,7 @@ void MarketEngine::Impl::ApplyClip(Order& o, Price before_effective) {
   Price s = std::max(MulPpmCeil(p, params_.clip_alpha_ppm), params_.tick);
   // The step goes to its own table; the order's rare fields only when a
   // clip is scheduled (issue 12: not on every Place with clipping on).
-  clip_step_.Set(SlotOf(o), s);
+  SetClipStep(SlotOf(o), s);
   o.effective = std::min(o.requested, std::max(SatAdd(p, s), before_effective));
   if (o.effective < o.requested) {
     if (params_.clip_interval == 0) {
@@ -63,7 +63,7 @@ void MarketEngine::Impl::ClipStep(uint32_t slot) {
   Order& o = orders_[slot];
   OrderCold& c = MutableCold(o);  // A clip step: the order has a clip schedule.
   c.next_clip = kNever;
-  Price eff = std::min(o.requested, SatAdd(o.effective, clip_step_.Find(slot)));  // Set with the schedule.
+  Price eff = std::min(o.requested, SatAdd(o.effective, ClipStepOf(slot)));  // Set with the schedule.
   if (params_.clip_interval == 0) eff = o.requested;
   if (eff < o.requested) {
     c.next_clip = SatAdd(now_, params_.clip_interval);
