@@ -76,7 +76,7 @@ enum class CancelReason : uint8_t {
   kOutOfMoney = 2,     // Balance would not cover the order for one grace period.
   kExhausted = 3,      // The tenant ran out of money (rule 7).
   kRelToLost = 4,      // The locality anchor is no longer held.
-  kScopeGone = 5,      // Every node of the scope was removed.
+  kScopeGone = 5,      // Every node of the scope was removed. The last (oplog.cc counts to it).
 };
 std::string_view CancelReasonName(CancelReason r);
 

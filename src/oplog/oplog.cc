@@ -314,7 +314,7 @@ uint64_t EventFields(EventType t) {
 // The event types are numbered 0..kNodeRemoved (market/types.h); a new type is a
 // new case in EventFields above (-Wswitch), and must move this bound if it comes last.
 constexpr int kNumEventTypes = static_cast<int>(EventType::kNodeRemoved) + 1;
-constexpr int kNumCancelReasons = 6;
+constexpr int kNumCancelReasons = static_cast<int>(market::CancelReason::kScopeGone) + 1;  // Likewise.
 
 // ---------------------------------------------------------------------------
 // Decoding: one pass over the object's fields fills slots; then the operation
