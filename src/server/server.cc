@@ -270,9 +270,9 @@ class Server::Services {
   // checked again on the writer: a call authenticated before a revocation but
   // queued after it is refused.
   template <typename T>
-  void ExecAsync(const Principal& p, std::function<Result<T>(WriterContext&)> work,
-                 std::function<void(Result<T>)> done) {
-    s_->core_->ExecAsync<T>(p.Actor(), Rechecked<T>(p, std::move(work)), std::move(done));
+  void ExecAsync(Principal p, std::function<Result<T>(WriterContext&)> work, std::function<void(Result<T>)> done) {
+    std::string actor = p.Actor();
+    s_->core_->ExecAsync<T>(std::move(actor), Rechecked<T>(std::move(p), std::move(work)), std::move(done));
   }
   // ExecAsync, waiting for the result.
   template <typename T>
@@ -280,9 +280,8 @@ class Server::Services {
     return s_->core_->Execute<T>(p.Actor(), Rechecked<T>(p, std::move(work)));
   }
   template <typename T>
-  std::function<Result<T>(WriterContext&)> Rechecked(const Principal& p,
-                                                     std::function<Result<T>(WriterContext&)> work) {
-    return [this, p, work = std::move(work)](WriterContext& w) -> Result<T> {
+  std::function<Result<T>(WriterContext&)> Rechecked(Principal p, std::function<Result<T>(WriterContext&)> work) {
+    return [this, p = std::move(p), work = std::move(work)](WriterContext& w) -> Result<T> {
       LZ_RETURN_IF_ERROR(s_->tokens_.Recheck(p));
       return work(w);
     };
@@ -441,10 +440,10 @@ class Server::Services {
         return reactor;
       }
       r->set_tag(q->tag());
-      const Principal& p = *admitted;
+      const TenantId tenant = admitted->tenant;
       s_->ExecAsync<bool>(
-          p,
-          [tenant = p.tenant, order = q->order(), price = q->price()](WriterContext& w) -> Result<bool> {
+          std::move(*admitted),
+          [tenant, order = q->order(), price = q->price()](WriterContext& w) -> Result<bool> {
             LZ_RETURN_IF_ERROR(Update(w, tenant, order, price));
             return true;
           },

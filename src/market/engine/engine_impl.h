@@ -582,18 +582,6 @@ class SlotPrices {
       if (slots_[i] == kNone) return -1;
     }
   }
-  // Keeps `price` for `slot`, replacing the one it has (may allocate).
-  void Set(uint32_t slot, Price price) {
-    if (size_ != 0) {
-      for (size_t i = Home(slot); slots_[i] != kNone; i = (i + 1) & mask_) {
-        if (slots_[i] == slot) {
-          prices_[i] = price;
-          return;
-        }
-      }
-    }
-    Insert(slot, price);
-  }
   // Keeps `price` for `slot`, which must have none (may allocate).
   void Insert(uint32_t slot, Price price) {
     if (2 * (size_ + 1) > slots_.size()) Grow();
