@@ -1277,7 +1277,7 @@ class MarketEngine::Impl {
   }
 
   void RefreshDecay();
-  bool FreeKeyCurrent(NodeId n, Price f) const;
+  void RekeyDecayed(NodeId n, Price f);
 
   // ---------------------------------------------------------------- price events (instant.cc)
   // Out of line: inlined, they made RefreshNode's every call dearer.

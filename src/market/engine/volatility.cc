@@ -126,7 +126,9 @@ void MarketEngine::Impl::RefreshDecay() {
       __int128 dec = DecayedBy(released_at);
       running = dec < paid;
       Price f = params_.decay_beta > 0 ? DecayedFloor(s.base_floor, paid, dec) : s.base_floor;
-      if (!index_current || !FreeKeyCurrent(NodeId(i), f)) {
+      if (index_current) {
+        RekeyDecayed(NodeId(i), f);
+      } else {
         refreshing_decay_ = true;
         RefreshNode(NodeId(i));
         refreshing_decay_ = false;
@@ -141,15 +143,34 @@ void MarketEngine::Impl::RefreshDecay() {
   decaying_.resize(w);
 }
 
-// True if the current index holds live free node n with the key of floor f
-// (obtain = floor = f, not held) and in the free tree: what RefreshNode would
-// find unchanged. A node without a leaf is never re-keyed.
-bool MarketEngine::Impl::FreeKeyCurrent(NodeId n, Price f) const {
-  uint32_t leaf = topo_.LeafIndex(n);
-  if (leaf == UINT32_MAX) return true;
-  const TypeIndex& ix = index_[topo_.node(n).type.value];
-  unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(f)) << 64 | static_cast<uint64_t>(f);
-  return ix.key[leaf] == k && ix.free_leaf[leaf];
+// RefreshNode of live free decaying node n, whose floor (and so its obtain
+// price) is f, with the index current (issue 12: a time step re-keys many).
+// It leaves the index, the candidates and the marks for quotes as RefreshNode
+// would, for less: the key is f's (no second decay-record lookup), a node
+// already in the free tree with that key is left alone (nothing RefreshNode
+// would change, and its obtain price did not fall: no wake), and a node
+// already in the free tree moves there as in the tree of every node
+// (MinTree::Moved: one read per level) instead of re-deriving each level.
+void MarketEngine::Impl::RekeyDecayed(NodeId n, Price f) {
+  const NodeLeaf at = node_leaf_[n.value];
+  const uint32_t leaf = at.leaf;
+  if (leaf == UINT32_MAX) return;
+  TypeIndex& ix = index_[nodes_[n.value].type.value];
+  const unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(f)) << 64 | static_cast<uint64_t>(f);
+  const unsigned __int128 old_key = ix.key[leaf];
+  const bool in_free_tree = ix.free_leaf[leaf] != 0;
+  if (k == old_key && in_free_tree) return;
+  if (k != old_key) {
+    ix.key[leaf] = k;
+    ix.tree.Moved(ix.all_leaves(), leaf, /*fell=*/k < old_key);
+  }
+  if (in_free_tree) {
+    ix.free_tree.Moved(ix.free_leaves(), leaf, /*fell=*/k < old_key);
+  } else {
+    ix.SetFree(leaf, true);
+  }
+  AddCandidatesFrom(leaf_books_ > 0 ? topo_.node(n).leaf : at.above, f);
+  if (k != old_key && options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
 
 }  // namespace laissez::market
