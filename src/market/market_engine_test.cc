@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "market/operation.h"
 #include "market/validate.h"
@@ -685,6 +689,49 @@ TEST_F(AdaptiveCapTest, BadParametersAreRejectedNamingTheField) {
   EXPECT_TRUE(ValidateOperation(Operation{engine_->now(), OpAddPolicy{s}}).ok());
   ApplyResult applied = Apply(*engine_, Operation{engine_->now(), OpAddPolicy{bad}});
   EXPECT_EQ(applied.status.code(), StatusCode::kInvalidArgument);
+}
+
+// CarbonFloor's 64-bit paths give the exact ceiling of g x W x price / 10^9,
+// or kInfPrice when it does not fit: against the formula in 128 bits, at the
+// boundaries of the fast paths (mg/h at 2^63, the rounded product at 2^63, the
+// overflow limit itself) and on random inputs of every magnitude.
+TEST(CarbonFloor, MatchesTheExactCeilingAtTheLimits) {
+  auto reference = [](int64_t g, int64_t w, Price per_tonne) -> Price {
+    if (g <= 0 || w <= 0 || per_tonne <= 0) return 0;
+    const __int128 mg = static_cast<__int128>(g) * w;
+    const __int128 limit = static_cast<__int128>(kInfPrice) * 1'000'000'000;
+    if (per_tonne == kInfPrice || static_cast<__int128>(per_tonne) > limit / mg) return kInfPrice;
+    const __int128 f = (mg * per_tonne + 999'999'999) / 1'000'000'000;
+    return f >= kInfPrice ? kInfPrice : static_cast<Price>(f);
+  };
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const int64_t kRootMax = 3'037'000'499;  // floor(sqrt(2^63 - 1)): g x W just below 2^63.
+  std::vector<int64_t> values = {0, 1, 2, 3, 7, 999'999'999, 1'000'000'000, 1'000'000'001,
+                                 kRootMax - 1, kRootMax, kRootMax + 1, 9'223'372'036, 9'223'372'037,
+                                 kMax / 2, kMax - 1, kMax, -1};
+  for (int64_t g : values) {
+    for (int64_t w : values) {
+      for (int64_t p : values) {
+        ASSERT_EQ(CarbonFloor(g, w, p), reference(g, w, p)) << g << " " << w << " " << p;
+      }
+    }
+  }
+  // Around the overflow limit: the largest finite price per tonne for mg/h = g x W,
+  // and one more (7 and 127 divide 2^63 - 1: there the product equals the limit).
+  for (int64_t mg : {int64_t{1}, int64_t{7}, int64_t{1'000'000'007}, int64_t{7'000'000'000},
+                     int64_t{127'000'000'000}, kRootMax, int64_t{1} << 40}) {
+    const __int128 limit = static_cast<__int128>(kInfPrice) * 1'000'000'000;
+    const int64_t edge = static_cast<int64_t>(std::min<__int128>(limit / mg, kMax - 1));
+    for (int64_t p : {edge - 1, edge, edge + 1}) {
+      ASSERT_EQ(CarbonFloor(mg, 1, p), reference(mg, 1, p)) << mg << " " << p;
+    }
+  }
+  std::mt19937_64 rng(12);
+  for (int i = 0; i < 200'000; ++i) {
+    auto draw = [&] { return static_cast<int64_t>(rng() >> (1 + rng() % 63)); };
+    const int64_t g = draw(), w = draw(), p = draw();
+    ASSERT_EQ(CarbonFloor(g, w, p), reference(g, w, p)) << g << " " << w << " " << p;
+  }
 }
 
 }  // namespace

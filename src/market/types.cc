@@ -1,6 +1,7 @@
 #include "market/types.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace laissez::market {
@@ -92,8 +93,23 @@ Price CarbonFloor(int64_t g_per_kwh, int64_t power_w, Price per_tonne) {
   // g/kWh x W = mg/h; x price per tonne / 10^9 = price per hour. Rounded up.
   const __int128 mg_per_h = static_cast<__int128>(g_per_kwh) * power_w;
   const __int128 limit = static_cast<__int128>(kInfPrice) * 1'000'000'000;
-  if (per_tonne == kInfPrice || static_cast<__int128>(per_tonne) > limit / mg_per_h) return kInfPrice;
-  const __int128 f = (mg_per_h * per_tonne + 999'999'999) / 1'000'000'000;
+  if (per_tonne == kInfPrice) return kInfPrice;
+  // A 128-bit division is a library call (issue 12: a power-cap step
+  // re-floors a row, two divisions a node). When mg/h fits in 64 bits the
+  // product fits in 127 and `per_tonne > limit / mg_per_h` is `product > limit`;
+  // a rounded product that fits in 64 bits is divided in 64.
+  __int128 product;
+  if (mg_per_h <= std::numeric_limits<int64_t>::max()) {
+    product = mg_per_h * per_tonne;
+    if (product > limit) return kInfPrice;
+  } else {
+    if (static_cast<__int128>(per_tonne) > limit / mg_per_h) return kInfPrice;
+    product = mg_per_h * per_tonne;
+  }
+  const __int128 rounded = product + 999'999'999;
+  const __int128 f = rounded <= std::numeric_limits<int64_t>::max()
+                         ? static_cast<int64_t>(rounded) / 1'000'000'000
+                         : rounded / 1'000'000'000;
   return f >= kInfPrice ? kInfPrice : static_cast<Price>(f);
 }
 
