@@ -107,8 +107,8 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
         t.committed_need = 0;
         for (NodeId n : t.nodes) t.need += GraceCost(m.nodes_[n.value].limit, params.grace);
         t.committed_need = t.need;
-        for (uint64_t id : t.orders) {
-          const Order& o = m.orders_[m.FindSlot(id)];
+        for (uint32_t slot : t.orders) {
+          const Order& o = m.orders_[slot];
           t.committed_need += static_cast<Money>(o.remaining()) * GraceCost(o.requested, params.grace);
         }
         m.MarkExhaustDirty(TenantId(i));
@@ -495,7 +495,7 @@ Result<TenantView> MarketEngine::GetTenant(TenantId tenant) const {
   v.exhausted = t.exhausted;
   v.nodes = t.nodes;
   std::sort(v.nodes.begin(), v.nodes.end());
-  for (uint64_t id : t.orders) v.orders.push_back(OrderId(id));
+  for (uint32_t slot : t.orders) v.orders.push_back(m.orders_[slot].id);
   return v;
 }
 

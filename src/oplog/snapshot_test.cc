@@ -6,6 +6,7 @@
 // engine left as it was.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <string>
 #include <utility>
@@ -328,30 +329,41 @@ TEST(Snapshot, UpdatedOrderKeepsItsPlacedPriceAndAnInvalidOneIsRefused) {
 // a missing entry): a book listed twice, entries out of priority order, an
 // entry that differs from its order and an order without its entry are
 // refused by name at restore, the engine left as it was.
-TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
-  MarketEngine source;
-  NodeId n[2];
+// Two nodes of one rack and three rich tenants (a holder, then a and b),
+// added to `e`; invalid ids if a call failed.
+struct TwoNodesThreeTenants {
+  VertexId leaf0, leaf1;
+  TenantId holder, a, b;
+};
+TwoNodesThreeTenants AddTwoNodesThreeTenants(MarketEngine& e, const std::array<std::string, 3>& names) {
+  VertexId leaf[2];
   for (int i = 0; i < 2; ++i) {
     topology::NodeInfo info{"n" + std::to_string(i), "gpu", "eu", "eu-1", "r1", "k1", {}};
-    auto added = source.AddNode(0, info);
-    ASSERT_TRUE(added.ok());
-    n[i] = *added;
+    auto added = e.AddNode(0, info);
+    if (added.ok()) leaf[i] = e.topology().node(*added).leaf;
   }
-  auto holder = source.CreateTenant(0, "h", int64_t{1} << 50);
-  auto a = source.CreateTenant(0, "a", int64_t{1} << 50);
-  auto b = source.CreateTenant(0, "b", int64_t{1} << 50);
-  ASSERT_TRUE(holder.ok() && a.ok() && b.ok());
-  const VertexId leaf0 = source.topology().node(n[0]).leaf, leaf1 = source.topology().node(n[1]).leaf;
+  TenantId t[3];
+  for (int i = 0; i < 3; ++i) {
+    auto created = e.CreateTenant(0, names[i], int64_t{1} << 50);
+    if (created.ok()) t[i] = *created;
+  }
+  return {leaf[0], leaf[1], t[0], t[1], t[2]};
+}
+
+TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
+  MarketEngine source;
+  const auto [leaf0, leaf1, holder, a, b] = AddTwoNodesThreeTenants(source, {"h", "a", "b"});
+  ASSERT_TRUE(leaf0.valid() && leaf1.valid() && holder.valid() && a.valid() && b.valid());
   ASSERT_LT(leaf1.value, 128u);  // One-byte vertex ids below.
   // The holder takes both nodes above the bids, so the bids rest: two
   // entries at leaf 0 (a's first, its price higher), one at leaf 1.
-  ASSERT_TRUE(source.PlaceOrder(1, *holder, OrderSpec{leaf0, 5'000'000'000}).ok());
-  ASSERT_TRUE(source.PlaceOrder(1, *holder, OrderSpec{leaf1, 5'000'000'000}).ok());
+  ASSERT_TRUE(source.PlaceOrder(1, holder, OrderSpec{leaf0, 5'000'000'000}).ok());
+  ASSERT_TRUE(source.PlaceOrder(1, holder, OrderSpec{leaf1, 5'000'000'000}).ok());
   const Price pa = 987'654'321, pb = 987'654'000, pc = 987'650'000;
-  ASSERT_TRUE(source.PlaceOrder(2, *a, OrderSpec{leaf0, pa}).ok());
-  auto ob = source.PlaceOrder(2, *b, OrderSpec{leaf0, pb});
+  ASSERT_TRUE(source.PlaceOrder(2, a, OrderSpec{leaf0, pa}).ok());
+  auto ob = source.PlaceOrder(2, b, OrderSpec{leaf0, pb});
   ASSERT_TRUE(ob.ok());
-  ASSERT_TRUE(source.PlaceOrder(2, *a, OrderSpec{leaf1, pc}).ok());
+  ASSERT_TRUE(source.PlaceOrder(2, a, OrderSpec{leaf1, pc}).ok());
   const std::string image = source.Snapshot();
   MarketEngine restored;
   ASSERT_TRUE(restored.Restore(image).ok());
@@ -464,6 +476,94 @@ TEST(Snapshot, ExhaustionChecksThatAreNotTheirTenantsAreRefused) {
     bad[at - 1] = 0;
     bad.erase(at, entry.size());
     refused(bad, "exhaustion checks: the tenants have 1 scheduled, the schedule holds 0");
+  }
+  // The good image still loads into the same engine afterwards.
+  ASSERT_TRUE(target.Restore(image).ok());
+  EXPECT_EQ(target.Snapshot(), image);
+}
+
+// A tenant's open orders are kept as order slots (issue 12) and written as
+// ascending ids; at restore each id must be a live order of that tenant, in
+// ascending order, every live order listed, and every live id below the next
+// order id (Place appends to the list). Each broken list is refused by name,
+// the engine left as it was.
+TEST(Snapshot, TenantsOpenOrdersThatAreNotTheLiveOrdersAreRefused) {
+  MarketEngine source;
+  const auto [leaf0, leaf1, holder, a, b] = AddTwoNodesThreeTenants(source, {"holder", "tenant-alpha", "tenant-beta"});
+  ASSERT_TRUE(leaf0.valid() && leaf1.valid() && holder.valid() && a.valid() && b.valid());
+  // The holder takes both nodes (orders 0 and 1, filled); a's two bids and
+  // b's one rest: a lists orders 2 and 3, b order 4; the next id is 5.
+  const Micros at = 1'000'000;
+  ASSERT_TRUE(source.PlaceOrder(at, holder, OrderSpec{leaf0, 5'000'000'000}).ok());
+  ASSERT_TRUE(source.PlaceOrder(at, holder, OrderSpec{leaf1, 5'000'000'000}).ok());
+  auto a0 = source.PlaceOrder(at, a, OrderSpec{leaf0, 1'000'000});
+  auto a1 = source.PlaceOrder(at, a, OrderSpec{leaf1, 1'000'000});
+  auto b0 = source.PlaceOrder(at, b, OrderSpec{leaf0, 1'000'000});
+  ASSERT_TRUE(a0.ok() && a1.ok() && b0.ok());
+  ASSERT_EQ(a0->value, 2u);
+  ASSERT_EQ(a1->value, 3u);
+  ASSERT_EQ(b0->value, 4u);
+  ASSERT_EQ(source.GetTenant(a)->orders, (std::vector<OrderId>{*a0, *a1}));
+  const std::string image = source.Snapshot();
+  MarketEngine restored;
+  ASSERT_TRUE(restored.Restore(image).ok());
+  EXPECT_EQ(restored.GetTenant(a)->orders, (std::vector<OrderId>{*a0, *a1}));
+  EXPECT_EQ(restored.GetTenant(b)->orders, std::vector<OrderId>{*b0});
+
+  // A tenant's record: its name, five signed varints (balance, max_rate,
+  // deposited, paid, waived), its nodes (count 0 here), then its orders.
+  auto orders_at = [&](const std::string& name) {
+    size_t p = image.find(std::string(1, char(name.size())) + name);
+    EXPECT_NE(p, std::string::npos) << name << "'s record was not found";
+    if (p == std::string::npos) return p;
+    p += 1 + name.size();
+    for (int k = 0; k < 5; ++k) {
+      while (static_cast<unsigned char>(image[p]) & 0x80) ++p;
+      ++p;
+    }
+    EXPECT_EQ(image[p], 0) << name << " holds no node";
+    return p + 1;
+  };
+  const size_t pa = orders_at("tenant-alpha"), pb = orders_at("tenant-beta");
+  ASSERT_NE(pa, std::string::npos);
+  ASSERT_NE(pb, std::string::npos);
+  ASSERT_EQ(image.substr(pa, 3), std::string("\x02\x02\x03", 3));
+  ASSERT_EQ(image.substr(pb, 2), std::string("\x01\x04", 2));
+
+  MarketEngine target;
+  auto refused = [&](const std::string& bad, const std::string& words) { ExpectRefused(target, bad, words); };
+  {  // a lists b's order.
+    std::string bad = image;
+    bad[pa + 2] = 4;
+    refused(bad, "tenants: tenant 1: open order 4 is tenant 2's");
+  }
+  {  // a lists an order that is not live (the holder's, filled).
+    std::string bad = image;
+    bad[pa + 1] = 0;
+    refused(bad, "tenants: tenant 1: open order 0 is not a live order");
+  }
+  {  // a's orders out of order.
+    std::string bad = image;
+    bad[pa + 1] = 3;
+    bad[pa + 2] = 2;
+    refused(bad, "tenants: tenant 1: open orders not in ascending id order");
+  }
+  {  // b lists none: order 4 is in no tenant's list.
+    std::string bad = image;
+    bad[pb] = 0;
+    bad.erase(pb + 1, 1);
+    refused(bad, "3 live orders, but the tenants list 2 open orders");
+  }
+  {  // The next order id (after the clock and the next seq) lowered to 4: order 4 is live.
+    const std::string clock = Varint(at);
+    size_t p = std::string::npos;
+    for (size_t q = image.find(clock); q != std::string::npos; q = image.find(clock, q + 1)) {
+      if (image[q + clock.size() + 1] == 5) p = q + clock.size() + 1;  // A one-byte seq, then 5.
+    }
+    ASSERT_NE(p, std::string::npos) << "the clock was not found in the image";
+    std::string bad = image;
+    bad[p] = 4;
+    refused(bad, "order 4 is live, but the next order id is 4");
   }
   // The good image still loads into the same engine afterwards.
   ASSERT_TRUE(target.Restore(image).ok());

@@ -662,9 +662,10 @@ struct alignas(64) Tenant {
   std::string name;
   Money deposited = 0;
   Money paid = 0, waived = 0;
-  // Open order ids, ascending: a sorted vector, 8 bytes an order, where a
-  // std::set spent a 40-byte tree node and its allocation on each.
-  std::vector<uint64_t> orders;
+  // The slots of the open orders, by ascending id: 4 bytes an order, where
+  // the ids (8 bytes) were, and a std::set's 40-byte tree node before them.
+  // Place appends (ids only grow); the snapshot writes the ids.
+  std::vector<uint32_t> orders;
 };
 static_assert(sizeof(std::vector<NodeId>) == 24, "the first line of Tenant holds four 8-byte fields, the node list and a flag");
 

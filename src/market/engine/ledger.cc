@@ -275,7 +275,10 @@ bool MarketEngine::Impl::ReviewExhaustion(uint32_t tid) {
     e.type = EventType::kExhausted;
     e.tenant = TenantId(tid);
     Emit(e);
-    std::vector<uint64_t> ids(t.orders.begin(), t.orders.end());
+    // By id, not slot: the cancellations edit the list.
+    std::vector<uint64_t> ids;
+    ids.reserve(t.orders.size());
+    for (uint32_t s : t.orders) ids.push_back(orders_[s].id.value);
     for (uint64_t id : ids) CancelOrderInternal(FindSlot(id), CancelReason::kExhausted);
   }
   for (NodeId n : t.nodes) MarkDirty(n);

@@ -9,8 +9,14 @@ namespace laissez::market {
 
 void MarketEngine::Impl::RemoveOrderFromTenant(Order& o) {
   Tenant& t = tenants_[o.tenant.value];
-  auto it = std::lower_bound(t.orders.begin(), t.orders.end(), o.id.value);
-  if (it != t.orders.end() && *it == o.id.value) t.orders.erase(it);
+  uint32_t slot = SlotOf(o);
+  if (!t.orders.empty() && t.orders.back() == slot) {
+    t.orders.pop_back();  // The latest order (a fill on Place): no search.
+  } else {
+    auto it = std::lower_bound(t.orders.begin(), t.orders.end(), o.id.value,
+                               [&](uint32_t s, uint64_t id) { return orders_[s].id.value < id; });
+    if (it != t.orders.end() && *it == slot) t.orders.erase(it);
+  }
   Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(o.requested) * o.remaining()));
   t.committed -= rate;
   t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(o.requested, params_.grace);
@@ -209,8 +215,9 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   o.seq = next_seq_++;
   o.state = OrderState::kResting;
   order_slot_.Insert(slot, orders_);
-  // Ids only grow, so this is an append; the search keeps the list sorted regardless.
-  t.orders.insert(std::upper_bound(t.orders.begin(), t.orders.end(), o.id.value), o.id.value);
+  // Ids only grow (a restored image's live ids are below next_order_id_), so
+  // appending keeps the list in id order.
+  t.orders.push_back(slot);
   t.committed = static_cast<Price>(std::min<__int128>(kInfPrice, t.committed + add_rate));
   t.committed_need = static_cast<Money>(std::min<__int128>(kInfPrice, t.committed_need + add_need));
   if (spec.locality != Locality::kAny) rel_to_orders_.emplace(spec.rel_to.value, slot);

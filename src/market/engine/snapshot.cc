@@ -40,7 +40,7 @@ uint64_t GetFixed(std::string_view s, size_t at, int bytes) {
 // The records that list their fields in a `Fields` function below.
 template <typename T>
 concept HasFields = std::is_same_v<T, MarketParams> || std::is_same_v<T, OrderSpec> ||
-                    std::is_same_v<T, Tenant> || std::is_same_v<T, FloorTarget> ||
+                    std::is_same_v<T, FloorTarget> ||
                     std::is_same_v<T, Policy> || std::is_same_v<T, BookEntry> || std::is_same_v<T, LedgerEntry> ||
                     std::is_same_v<T, SchedKey>;
 
@@ -329,8 +329,10 @@ void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
   }
 }
 
+// A tenant's record; its open orders as ascending ids (Tenant::orders keeps
+// their slots): written from the slots, read into `order_ids`.
 template <typename V, typename T>
-void Fields(V& v, T& t) requires std::is_same_v<std::remove_const_t<T>, Tenant> {
+void TenantFields(V& v, T& t, std::vector<uint64_t>& order_ids) {
   v.F(t.name);
   v.F(t.balance);
   v.F(t.max_rate);
@@ -338,7 +340,7 @@ void Fields(V& v, T& t) requires std::is_same_v<std::remove_const_t<T>, Tenant> 
   v.F(t.paid);
   v.F(t.waived);
   v.F(t.nodes);
-  v.F(t.orders);
+  v.F(order_ids);
   v.F(t.committed);
   v.F(t.committed_need);
   v.F(t.need);
@@ -579,7 +581,12 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
 
   // Tenants and policies.
   w.U(m.tenants_.size());
-  for (const Tenant& t : m.tenants_) w.F(t);
+  std::vector<uint64_t> order_ids;
+  for (const Tenant& t : m.tenants_) {
+    order_ids.clear();
+    for (uint32_t slot : t.orders) order_ids.push_back(m.orders_[slot].id.value);
+    TenantFields(w, t, order_ids);
+  }
   w.U(m.policies_.size());
   for (const Policy& p : m.policies_) w.F(p);
   w.B(m.has_power_policy_);
@@ -772,6 +779,7 @@ Status MarketEngine::Restore(std::string_view image) {
     // The index keys a slot by its record's id (OrderIndex).
     if (m.orders_[slot].id.value != id) r.Fail("order slot " + Num(slot) + " holds order " + Num(m.orders_[slot].id.value) + ", not " + Num(id));
     else if (m.FindSlot(id) != OrderIndex::kNone) r.Fail("order " + Num(id) + " is listed twice");
+    else if (id >= m.next_order_id_) r.Fail("order " + Num(id) + " is live, but the next order id is " + Num(m.next_order_id_));
     else m.order_slot_.Insert(slot, m.orders_);
   }
   r.F(m.unmatchable_);
@@ -837,12 +845,30 @@ Status MarketEngine::Restore(std::string_view image) {
 
   r.section = "tenants";
   m.tenants_.resize(r.Count());
+  size_t listed_orders = 0;  // In the tenants' lists: each live order once (checked below).
   for (uint32_t i = 0; i < m.tenants_.size() && r.ok(); ++i) {
-    m.tenants_[i] = Read<Tenant>(r);
-    if (!m.tenant_by_name_.emplace(m.tenants_[i].name, TenantId(i)).second) r.Fail("duplicate tenant name");
+    Tenant& t = m.tenants_[i];
+    std::vector<uint64_t> order_ids;
+    TenantFields(r, t, order_ids);
+    if (!r.ok()) break;
+    if (!m.tenant_by_name_.emplace(t.name, TenantId(i)).second) r.Fail("duplicate tenant name");
+    // Its open orders: live, its own, ascending (Place appends to the list).
+    t.orders.reserve(order_ids.size());
+    for (size_t k = 0; k < order_ids.size() && r.ok(); ++k) {
+      uint64_t id = order_ids[k];
+      uint32_t slot = m.FindSlot(id);
+      if (slot == OrderIndex::kNone) r.Fail("tenant " + Num(i) + ": open order " + Num(id) + " is not a live order");
+      else if (m.orders_[slot].tenant.value != i) r.Fail("tenant " + Num(i) + ": open order " + Num(id) + " is tenant " + Num(m.orders_[slot].tenant.value) + "'s");
+      else if (k > 0 && order_ids[k - 1] >= id) r.Fail("tenant " + Num(i) + ": open orders not in ascending id order");
+      else t.orders.push_back(slot);
+    }
+    listed_orders += t.orders.size();
     for (NodeId n : m.tenants_[i].nodes) {
       if (n.value >= node_count) r.Fail("tenant node out of range");
     }
+  }
+  if (r.ok() && listed_orders != m.order_slot_.size()) {
+    r.Fail(Num(m.order_slot_.size()) + " live orders, but the tenants list " + Num(listed_orders) + " open orders");
   }
   r.section = "policies";
   m.policies_.resize(r.Count());
