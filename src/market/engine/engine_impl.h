@@ -39,6 +39,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -493,150 +494,168 @@ struct Order {
 };
 static_assert(sizeof(Order) <= 56, "the order record is meant to stay compact (issue 12)");
 
-// Live orders by id (issue 12): an open-addressing table of order slots with
-// linear probing, hashed by id and compared through the slot's record, so a
-// bucket is 4 bytes where a std::unordered_map spent a 32-byte node and a
-// bucket pointer on each order. Kept at most three quarters full: ids are consecutive, and the multiplicative
-// hash spreads consecutive keys evenly, so the probes stay short (issue 12).
-class OrderIndex {
+// An open-addressing table of order slots with linear probing (issue 12),
+// keyed by a 64-bit key that a caller's function derives from each slot
+// (KeyOf: slot -> key), with a Value beside each slot unless Value is void.
+// A bucket is 4 bytes (plus the value's), where a std::unordered_map spent a
+// node and a bucket pointer on each entry. Kept at most kLoadNum / kLoadDen
+// full; deletion shifts entries back, so there are no tombstones. Keys that
+// are consecutive (ids, slots) spread evenly under the multiplicative hash,
+// so the probes stay short.
+template <typename Value, size_t kLoadNum, size_t kLoadDen>
+class SlotTable {
+  static constexpr bool kHasValue = !std::is_void_v<Value>;
+  struct NoValues {};
+
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
   size_t size() const { return size_; }
-  // The slot of the live order `id`, kNone if none.
-  uint32_t Find(uint64_t id, const std::vector<Order>& orders) const {
+  // The bucket of the slot whose key is `key`, or kNone.
+  template <typename KeyOf>
+  size_t Bucket(uint64_t key, KeyOf&& key_of) const {
     if (size_ == 0) return kNone;
-    for (size_t i = Home(id);; i = (i + 1) & mask_) {
-      uint32_t s = table_[i];
-      if (s == kNone || orders[s].id.value == id) return s;
+    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+      uint32_t s = slots_[i];
+      if (s == kNone) return kNone;
+      if (key_of(s) == key) return i;
     }
   }
-  // Adds `slot`, keyed by orders[slot].id, which must not be in the table.
-  // Inline: Place's one call (GCC stopped inlining it there when Place grew).
-  [[gnu::always_inline]] void Insert(uint32_t slot, const std::vector<Order>& orders) {
-    if (4 * (size_ + 1) > 3 * table_.size()) Grow(orders);
-    size_t i = Home(orders[slot].id.value);
-    while (table_[i] != kNone) i = (i + 1) & mask_;
-    table_[i] = slot;
-    ++size_;
-  }
-  // Removes the order `id` if present (backward-shift deletion: no tombstones).
-  void Erase(uint64_t id, const std::vector<Order>& orders) {
-    if (size_ == 0) return;
-    size_t i = Home(id);
-    while (table_[i] != kNone && orders[table_[i]].id.value != id) i = (i + 1) & mask_;
-    if (table_[i] == kNone) return;
-    --size_;
-    for (size_t j = (i + 1) & mask_; table_[j] != kNone; j = (j + 1) & mask_) {
-      size_t home = Home(orders[table_[j]].id.value);
-      // Move j's entry into the hole at i unless its home lies cyclically in (i, j].
-      if (((j - home) & mask_) >= ((j - i) & mask_)) {
-        table_[i] = table_[j];
-        i = j;
-      }
-    }
-    table_[i] = kNone;
-  }
-  // Calls f(slot) for every live order, in no set order.
-  template <typename F>
-  void ForEach(F&& f) const {
-    for (uint32_t s : table_) {
-      if (s != kNone) f(s);
+  // The slot whose key is `key`, or kNone.
+  template <typename KeyOf>
+  uint32_t Find(uint64_t key, KeyOf&& key_of) const {
+    if (size_ == 0) return kNone;
+    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+      uint32_t s = slots_[i];
+      if (s == kNone || key_of(s) == key) return s;
     }
   }
-
- private:
-  size_t Home(uint64_t id) const { return static_cast<size_t>((id * 0x9E3779B97F4A7C15ull) >> shift_); }
-  void Grow(const std::vector<Order>& orders) {
-    std::vector<uint32_t> old;
-    old.swap(table_);
-    size_t cap = std::max<size_t>(16, old.size() * 2);
-    table_.assign(cap, kNone);
-    mask_ = cap - 1;
-    shift_ = 64 - std::countr_zero(cap);
-    size_ = 0;
-    for (uint32_t s : old) {
-      if (s != kNone) Insert(s, orders);
-    }
-  }
-  std::vector<uint32_t> table_;
-  size_t size_ = 0;
-  size_t mask_ = 0;
-  int shift_ = 64;
-};
-
-// A price by order slot (issue 12), for one of an order's rare fields: the
-// placed price of an order whose requested price an update has moved. An
-// open-addressing table with linear probing, 12 bytes an entry and at most
-// half full, where an OrderCold entry (a hash node of about 100 bytes) was
-// made on an order's first price update. An entry outlives its order until
-// the slot is reused, as the record's other fields do.
-class SlotPrices {
- public:
-  static constexpr uint32_t kNone = UINT32_MAX;
-  size_t size() const { return size_; }
-  // The price kept for `slot`, -1 if none.
-  Price Find(uint32_t slot) const {
-    if (size_ == 0) return -1;
-    for (size_t i = Home(slot);; i = (i + 1) & mask_) {
-      if (slots_[i] == slot) return prices_[i];
-      if (slots_[i] == kNone) return -1;
-    }
-  }
-  // Keeps `price` for `slot`, which must have none (may allocate).
-  void Insert(uint32_t slot, Price price) {
-    if (2 * (size_ + 1) > slots_.size()) Grow();
-    size_t i = Home(slot);
+  auto value_at(size_t bucket) const requires kHasValue { return values_[bucket]; }
+  // Adds `slot` (with `value`), whose key must not be in the table.
+  template <typename KeyOf, typename... V>
+  [[gnu::always_inline]] void Insert(uint32_t slot, KeyOf&& key_of, V... value) {
+    if (kLoadDen * (size_ + 1) > kLoadNum * slots_.size()) Grow(key_of);
+    size_t i = Home(key_of(slot));
     while (slots_[i] != kNone) i = (i + 1) & mask_;
     slots_[i] = slot;
-    prices_[i] = price;
+    if constexpr (kHasValue) values_[i] = (value, ...);
     ++size_;
   }
-  // Drops `slot`'s price if it has one. The empty table's test inline, the
-  // rest out of line: Place calls this on every reused slot, and the inlined
-  // body pushed OrderIndex::Insert out of line there (+1% instructions).
-  void Erase(uint32_t slot) {
-    if (size_ != 0) EraseFrom(slot);
-  }
-
- private:
-  // Backward-shift deletion: no tombstones.
-  [[gnu::noinline]] void EraseFrom(uint32_t slot) {
-    size_t i = Home(slot);
-    while (slots_[i] != kNone && slots_[i] != slot) i = (i + 1) & mask_;
+  // Removes the slot whose key is `key`, if present.
+  template <typename KeyOf>
+  void Erase(uint64_t key, KeyOf&& key_of) {
+    if (size_ == 0) return;
+    size_t i = Home(key);
+    while (slots_[i] != kNone && key_of(slots_[i]) != key) i = (i + 1) & mask_;
     if (slots_[i] == kNone) return;
     --size_;
     for (size_t j = (i + 1) & mask_; slots_[j] != kNone; j = (j + 1) & mask_) {
-      size_t home = Home(slots_[j]);
+      size_t home = Home(key_of(slots_[j]));
       // Move j's entry into the hole at i unless its home lies cyclically in (i, j].
       if (((j - home) & mask_) >= ((j - i) & mask_)) {
         slots_[i] = slots_[j];
-        prices_[i] = prices_[j];
+        if constexpr (kHasValue) values_[i] = values_[j];
         i = j;
       }
     }
     slots_[i] = kNone;
   }
-  size_t Home(uint32_t slot) const { return static_cast<size_t>((slot * 0x9E3779B97F4A7C15ull) >> shift_); }
-  void Grow() {
+  // Calls f(slot) for every slot in the table, in no set order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (uint32_t s : slots_) {
+      if (s != kNone) f(s);
+    }
+  }
+
+ private:
+  size_t Home(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  template <typename KeyOf>
+  void Grow(KeyOf& key_of) {
     std::vector<uint32_t> old_slots;
-    std::vector<Price> old_prices;
     old_slots.swap(slots_);
-    old_prices.swap(prices_);
     size_t cap = std::max<size_t>(16, old_slots.size() * 2);
     slots_.assign(cap, kNone);
-    prices_.assign(cap, 0);
     mask_ = cap - 1;
     shift_ = 64 - std::countr_zero(cap);
     size_ = 0;
-    for (size_t k = 0; k < old_slots.size(); ++k) {
-      if (old_slots[k] != kNone) Insert(old_slots[k], old_prices[k]);
+    if constexpr (kHasValue) {
+      std::vector<Value> old_values;
+      old_values.swap(values_);
+      values_.assign(cap, Value{});
+      for (size_t k = 0; k < old_slots.size(); ++k) {
+        if (old_slots[k] != kNone) Insert(old_slots[k], key_of, old_values[k]);
+      }
+    } else {
+      for (uint32_t s : old_slots) {
+        if (s != kNone) Insert(s, key_of);
+      }
     }
   }
   std::vector<uint32_t> slots_;
-  std::vector<Price> prices_;
+  [[no_unique_address]] std::conditional_t<kHasValue, std::vector<std::conditional_t<kHasValue, Value, char>>, NoValues> values_;
   size_t size_ = 0;
   size_t mask_ = 0;
   int shift_ = 64;
+};
+
+// Live orders by id (issue 12): their slots in a SlotTable keyed by the
+// record's id, at most three quarters full.
+class OrderIndex {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  size_t size() const { return table_.size(); }
+  // The slot of the live order `id`, kNone if none.
+  uint32_t Find(uint64_t id, const std::vector<Order>& orders) const {
+    return table_.Find(id, IdOf{orders});
+  }
+  // Adds `slot`, keyed by orders[slot].id, which must not be in the table.
+  // Inline: Place's one call (GCC stopped inlining it there when Place grew).
+  [[gnu::always_inline]] void Insert(uint32_t slot, const std::vector<Order>& orders) { table_.Insert(slot, IdOf{orders}); }
+  // Removes the order `id` if present.
+  void Erase(uint64_t id, const std::vector<Order>& orders) { table_.Erase(id, IdOf{orders}); }
+  // Calls f(slot) for every live order, in no set order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    table_.ForEach(f);
+  }
+
+ private:
+  struct IdOf {
+    const std::vector<Order>& orders;
+    uint64_t operator()(uint32_t slot) const { return orders[slot].id.value; }
+  };
+  SlotTable<void, 3, 4> table_;
+};
+
+// A price by order slot (issue 12), for one of an order's rare fields: the
+// placed price of an order whose requested price an update has moved. A
+// SlotTable keyed by the slot itself, 12 bytes an entry and at most half
+// full, where an OrderCold entry (a hash node of about 100 bytes) was made on
+// an order's first price update. An entry outlives its order until the slot
+// is reused, as the record's other fields do.
+class SlotPrices {
+ public:
+  size_t size() const { return table_.size(); }
+  // The price kept for `slot`, -1 if none.
+  Price Find(uint32_t slot) const {
+    size_t b = table_.Bucket(slot, Self{});
+    return b == SlotTable<Price, 1, 2>::kNone ? -1 : table_.value_at(b);
+  }
+  // Keeps `price` for `slot`, which must have none (may allocate).
+  void Insert(uint32_t slot, Price price) { table_.Insert(slot, Self{}, price); }
+  // Drops `slot`'s price if it has one. The empty table's test inline, the
+  // rest out of line: Place calls this on every reused slot, and the inlined
+  // body pushed OrderIndex::Insert out of line there (+1% instructions).
+  void Erase(uint32_t slot) {
+    if (table_.size() != 0) EraseFrom(slot);
+  }
+
+ private:
+  [[gnu::noinline]] void EraseFrom(uint32_t slot) { table_.Erase(slot, Self{}); }
+  struct Self {
+    uint64_t operator()(uint32_t slot) const { return slot; }
+  };
+  SlotTable<Price, 1, 2> table_;
 };
 
 // A tenant's hot fields in two cache lines (issue 12): the first holds what a
