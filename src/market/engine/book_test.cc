@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -177,6 +178,54 @@ TEST(BookTables, PoolGrowthRetopAndSummaries) {
     EXPECT_EQ(t.summary(v), BookSummary{});
   }
   ASSERT_NO_FATAL_FAILURE(check("after the erases"));
+}
+
+// The open-addressing table of order slots (issue 12: OrderIndex, SlotPrices)
+// against a std::map: random inserts, erases and finds, keys derived from
+// slots as the engine's are (an id per slot, or the slot itself), through
+// growths to capacities that are not powers of two, with runs that wrap past
+// the last bucket (backward-shift deletion across the wrap).
+TEST(SlotTables, MatchAMapThroughInsertsErasesAndGrowth) {
+  std::mt19937_64 rng(12);
+  std::vector<uint64_t> key(5000);  // By slot: distinct, clustered keys.
+  for (size_t s = 0; s < key.size(); ++s) key[s] = s * 3 + (s % 7 == 0 ? 1 : 0);
+  auto key_of = [&](uint32_t s) { return key[s]; };
+  using Slots = SlotTable<void, 3, 4>;
+  using Prices = SlotTable<Price, 1, 2>;
+  Slots slots;
+  Prices prices;
+  std::map<uint32_t, Price> want;
+  for (int step = 0; step < 40000; ++step) {
+    uint32_t s = static_cast<uint32_t>(rng() % (step < 20000 ? key.size() : 300));
+    bool present = want.count(s) != 0;
+    if (rng() % 3 != 0 && !present) {
+      Price p = static_cast<Price>(rng() % 1000);
+      slots.Insert(s, key_of);
+      prices.Insert(s, [](uint32_t x) { return uint64_t{x}; }, p);
+      want[s] = p;
+    } else if (present) {
+      slots.Erase(key[s], key_of);
+      prices.Erase(s, [](uint32_t x) { return uint64_t{x}; });
+      want.erase(s);
+    }
+    ASSERT_EQ(slots.size(), want.size());
+    ASSERT_EQ(prices.size(), want.size());
+    if (step % 97 == 0) {
+      for (uint32_t q = 0; q < key.size(); q += 1 + static_cast<uint32_t>(rng() % 5)) {
+        auto it = want.find(q);
+        ASSERT_EQ(slots.Find(key[q], key_of), it == want.end() ? Slots::kNone : q) << "step " << step;
+        size_t b = prices.Bucket(q, [](uint32_t x) { return uint64_t{x}; });
+        ASSERT_EQ(b == Prices::kNone ? Price{-1} : prices.value_at(b), it == want.end() ? -1 : it->second)
+            << "step " << step;
+      }
+      std::vector<uint32_t> listed;
+      slots.ForEach([&](uint32_t x) { listed.push_back(x); });
+      std::sort(listed.begin(), listed.end());
+      std::vector<uint32_t> expect;
+      for (const auto& [x, p] : want) expect.push_back(x);
+      ASSERT_EQ(listed, expect) << "step " << step;
+    }
+  }
 }
 
 }  // namespace
