@@ -468,9 +468,9 @@ std::string GetKeyed(ImageReader& r, Outcome* o) {
 
 Result<StoredSnapshot> MarketCore::TakeSnapshot() {
   auto snap = std::make_shared<StoredSnapshot>();
-  // RunAndWait returns once the batch this runs in, and every batch before
+  // Execute returns once the batch this runs in, and every batch before
   // it, is durable: the image never covers an uncommitted record.
-  LZ_RETURN_IF_ERROR(RunAndWait([this, snap](WriterContext&) {
+  LZ_RETURN_IF_ERROR(Execute("server", [this, snap](WriterContext&) -> Status {
     snap->seq = next_seq_ - 1;
     std::string& out = snap->image;
     out.append(kCoreMagic);
@@ -481,6 +481,7 @@ Result<StoredSnapshot> MarketCore::TakeSnapshot() {
     for (const std::string& id : keyed_order_) PutKeyed(&out, id, keyed_.at(id));
     PutStr(&out, engine_->Snapshot(kSnapshotLedgerTail));
     PutU64(&out, Fnv1a64(out));
+    return Status::Ok();
   }));
   return std::move(*snap);
 }
@@ -559,28 +560,8 @@ std::string MarketCore::LeaderHint() const {
   return leader_hint_;
 }
 
-Status MarketCore::RunAndWait(Work work) {
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status st;
-  };
-  auto s = std::make_shared<State>();
-  Submit("server", std::move(work), [s](const Status& durable) {
-    std::lock_guard lock(s->mu);
-    s->done = true;
-    if (s->st.ok()) s->st = durable;
-    s->cv.notify_one();
-  });
-  std::unique_lock lock(s->mu);
-  s->cv.wait(lock, [&] { return s->done; });
-  return s->st;
-}
-
 Status MarketCore::Replicate(std::vector<JournalRecord> records, std::vector<TokenRecord> tokens) {
-  auto result = std::make_shared<Status>();
-  Status st = RunAndWait([this, result, records = std::move(records), tokens = std::move(tokens)](WriterContext&) {
+  return Execute("server", [this, records = std::move(records), tokens = std::move(tokens)](WriterContext&) -> Status {
     for (const auto& t : tokens) {
       tokens_->Put(t);
       next_token_id_ = std::max(next_token_id_, t.id + 1);
@@ -588,40 +569,29 @@ Status MarketCore::Replicate(std::vector<JournalRecord> records, std::vector<Tok
     for (const auto& r : records) {
       if (r.seq < next_seq_) continue;
       if (r.seq > next_seq_) {
-        *result = DataLoss("journal: record " + std::to_string(next_seq_) + " missing (next is " +
-                           std::to_string(r.seq) + ")");
-        return;
+        return DataLoss("journal: record " + std::to_string(next_seq_) + " missing (next is " +
+                        std::to_string(r.seq) + ")");
       }
-      Status s = ApplyRecord(r);
-      if (!s.ok()) {
-        *result = s;
-        return;
-      }
+      LZ_RETURN_IF_ERROR(ApplyRecord(r));
       applied_seq_.store(next_seq_++);
     }
+    return Status::Ok();
   });
-  LZ_RETURN_IF_ERROR(st);
-  return *result;
 }
 
 Status MarketCore::Promote(MarketCreation creation) {
-  auto result = std::make_shared<Status>();
-  Status st = RunAndWait([this, result, creation = std::move(creation)](WriterContext&) {
+  return Execute("server", [this, creation = std::move(creation)](WriterContext&) -> Status {
     bool empty = next_seq_ == 1;
     follower_.store(false);
     batch_advanced_ = true;
     MaybeAdvance(/*force=*/true);
-    if (empty) {
-      if (creation.create) {
-        pending_->batch.identity = creation.identity.empty() ? NewIdentity() : creation.identity;
-        WriterContext ctx(this, &creation.actor);
-        Status s = creation.create(ctx);
-        if (!s.ok()) *result = s;
-      }
+    if (empty && creation.create) {
+      pending_->batch.identity = creation.identity.empty() ? NewIdentity() : creation.identity;
+      WriterContext ctx(this, &creation.actor);
+      return creation.create(ctx);
     }
+    return Status::Ok();
   });
-  LZ_RETURN_IF_ERROR(st);
-  return *result;
 }
 
 Status WriterContext::Writable() const {

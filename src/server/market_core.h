@@ -212,11 +212,22 @@ class MarketCore {
   // thread, so like Submit's it must be quick and must not Submit.
   template <typename T>
   void ExecAsync(std::string actor, std::function<Result<T>(WriterContext&)> work,
-                 std::function<void(Result<T>)> done);
+                 std::function<void(Result<T>)> done) {
+    ExecAsyncAs<Result<T>>(std::move(actor), std::move(work), std::move(done));
+  }
+  // The same for work that yields only a Status.
+  void ExecAsync(std::string actor, std::function<Status(WriterContext&)> work, std::function<void(Status)> done) {
+    ExecAsyncAs<Status>(std::move(actor), std::move(work), std::move(done));
+  }
 
   // ExecAsync, waiting for the result.
   template <typename T>
-  Result<T> Execute(std::string actor, std::function<Result<T>(WriterContext&)> work);
+  Result<T> Execute(std::string actor, std::function<Result<T>(WriterContext&)> work) {
+    return ExecuteAs<Result<T>>(std::move(actor), std::move(work));
+  }
+  Status Execute(std::string actor, std::function<Status(WriterContext&)> work) {
+    return ExecuteAs<Status>(std::move(actor), std::move(work));
+  }
 
   std::shared_ptr<Subscription> Subscribe(bool operator_view, TenantId tenant, std::unordered_set<uint32_t> vertices);
   // A subscription that resumes after `after`: it first gets the ring's
@@ -268,6 +279,20 @@ class MarketCore {
   };
   class Sink;
 
+  // ExecAsync and Execute for a result type R (Status or Result<T>).
+  template <typename R>
+  void ExecAsyncAs(std::string actor, std::function<R(WriterContext&)> work, std::function<void(R)> done);
+  template <typename R>
+  R ExecuteAs(std::string actor, std::function<R(WriterContext&)> work);
+  // What a call's completion reports: the commit's failure, else the work's
+  // result (`result`, set on the writer thread; empty if the work never ran).
+  template <typename R>
+  static R Outcome(const Status& durable, std::optional<R>& result) {
+    if (!durable.ok()) return R(durable);
+    if (!result) return R(Unavailable("server: stopping"));
+    return std::move(*result);
+  }
+
   void WriterLoop();
   void CommitterLoop();
   void RunBatch(std::vector<Command>& cmds);
@@ -297,7 +322,6 @@ class MarketCore {
   void RingReplayed(uint64_t seq);
   // Before the threads start: the engine and key table from a snapshot.
   Status RestoreSnapshot(const StoredSnapshot& snap);
-  Status RunAndWait(Work work);
 
   Store* store_;
   TokenTable* tokens_;
@@ -418,35 +442,36 @@ class WriterContext {
   std::string applying_key_;  // The key this call applies under (its later operations are no repeats).
 };
 
-template <typename T>
-void MarketCore::ExecAsync(std::string actor, std::function<Result<T>(WriterContext&)> work,
-                           std::function<void(Result<T>)> done) {
+template <typename R>
+void MarketCore::ExecAsyncAs(std::string actor, std::function<R(WriterContext&)> work, std::function<void(R)> done) {
   // Set on the writer thread; read by the committing thread after the commit.
-  auto result = std::make_shared<std::optional<Result<T>>>();
+  auto result = std::make_shared<std::optional<R>>();
   Submit(
       std::move(actor), [result, work = std::move(work)](WriterContext& ctx) { result->emplace(work(ctx)); },
-      [result, done = std::move(done)](const Status& durable) {
-        if (!durable.ok()) return done(durable);
-        if (!*result) return done(Unavailable("server: stopping"));
-        done(std::move(**result));
-      });
+      [result, done = std::move(done)](const Status& durable) { done(Outcome(durable, *result)); });
 }
 
-template <typename T>
-Result<T> MarketCore::Execute(std::string actor, std::function<Result<T>(WriterContext&)> work) {
+template <typename R>
+R MarketCore::ExecuteAs(std::string actor, std::function<R(WriterContext&)> work) {
+  // One shared state: the writer sets `result`, the committing thread
+  // resolves it into `out` once durable and wakes the caller.
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    Result<T> out = Status::Ok();  // A placeholder until `done`.
+    std::optional<R> result;
+    R out = R(Status::Ok());  // A placeholder until `done`.
   };
   auto st = std::make_shared<State>();
-  ExecAsync<T>(std::move(actor), std::move(work), [st](Result<T> r) {
-    std::lock_guard lock(st->mu);
-    st->out = std::move(r);
-    st->done = true;
-    st->cv.notify_one();
-  });
+  Submit(
+      std::move(actor), [st, work = std::move(work)](WriterContext& ctx) { st->result.emplace(work(ctx)); },
+      [st](const Status& durable) {
+        R out = Outcome(durable, st->result);
+        std::lock_guard lock(st->mu);
+        st->out = std::move(out);
+        st->done = true;
+        st->cv.notify_one();
+      });
   std::unique_lock lock(st->mu);
   st->cv.wait(lock, [&] { return st->done; });
   return std::move(st->out);

@@ -272,26 +272,28 @@ class Server::Services {
   template <typename T>
   void ExecAsync(Principal p, std::function<Result<T>(WriterContext&)> work, std::function<void(Result<T>)> done) {
     std::string actor = p.Actor();
-    s_->core_->ExecAsync<T>(std::move(actor), Rechecked<T>(std::move(p), std::move(work)), std::move(done));
+    s_->core_->ExecAsync<T>(std::move(actor), Rechecked<Result<T>>(std::move(p), std::move(work)), std::move(done));
+  }
+  // The same for work that yields only a Status.
+  void ExecAsync(Principal p, std::function<Status(WriterContext&)> work, std::function<void(Status)> done) {
+    std::string actor = p.Actor();
+    s_->core_->ExecAsync(std::move(actor), Rechecked<Status>(std::move(p), std::move(work)), std::move(done));
   }
   // ExecAsync, waiting for the result.
   template <typename T>
   Result<T> Exec(const Principal& p, std::function<Result<T>(WriterContext&)> work) {
-    return s_->core_->Execute<T>(p.Actor(), Rechecked<T>(p, std::move(work)));
+    return s_->core_->Execute<T>(p.Actor(), Rechecked<Result<T>>(p, std::move(work)));
   }
-  template <typename T>
-  std::function<Result<T>(WriterContext&)> Rechecked(Principal p, std::function<Result<T>(WriterContext&)> work) {
-    return [this, p = std::move(p), work = std::move(work)](WriterContext& w) -> Result<T> {
+  Status ExecStatus(const Principal& p, std::function<Status(WriterContext&)> work) {
+    return s_->core_->Execute(p.Actor(), Rechecked<Status>(p, std::move(work)));
+  }
+  // `work` after the token's re-check; R is Status or Result<T>.
+  template <typename R>
+  std::function<R(WriterContext&)> Rechecked(Principal p, std::function<R(WriterContext&)> work) {
+    return [this, p = std::move(p), work = std::move(work)](WriterContext& w) -> R {
       LZ_RETURN_IF_ERROR(s_->tokens_.Recheck(p));
       return work(w);
     };
-  }
-  Status ExecStatus(const Principal& p, std::function<Status(WriterContext&)> work) {
-    auto r = Exec<bool>(p, [&](WriterContext& w) -> Result<bool> {
-      LZ_RETURN_IF_ERROR(work(w));
-      return true;
-    });
-    return r.status();
   }
 
   // Streams events from a subscription until the client goes away or the server stops.
@@ -441,13 +443,12 @@ class Server::Services {
       }
       r->set_tag(q->tag());
       const TenantId tenant = admitted->tenant;
-      s_->ExecAsync<bool>(
+      s_->ExecAsync(
           std::move(*admitted),
-          [tenant, order = q->order(), price = q->price()](WriterContext& w) -> Result<bool> {
-            LZ_RETURN_IF_ERROR(Update(w, tenant, order, price));
-            return true;
+          [tenant, order = q->order(), price = q->price()](WriterContext& w) -> Status {
+            return Update(w, tenant, order, price);
           },
-          [finish](Result<bool> done) { finish(done.status()); });
+          [finish](const Status& done) { finish(done); });
       return reactor;
     }
 
@@ -634,32 +635,29 @@ class Server::Services {
       // One command for the whole message: its updates apply in order in
       // one writer batch and become durable in the same commit. Items that
       // failed at the edge still go through the queue, so acks stay in order.
+      // Through the shared path (Services::ExecAsync): the token is re-checked
+      // on the writer thread once per message, and the call's status is the
+      // re-check's, or the commit's failure, or OK.
       void Submit(Message m) {
         auto start = std::chrono::steady_clock::now();
-        Tenant* t = t_;
-        const Principal* p = &p_;  // The reactor outlives its submissions (FinishIfDone).
-        t->s_->s_->core_->Submit(
-            p_.Actor(),
-            [t, p, items = m.items](WriterContext& w) {
-              // The token is re-checked on the writer thread, once per message.
-              Status token;
-              bool checked = false;
+        const TenantId tenant = p_.tenant;
+        t_->s_->ExecAsync(
+            p_,
+            [tenant, items = m.items](WriterContext& w) -> Status {
               for (StreamItem& it : *items) {
-                if (!it.status.ok()) continue;
-                if (!checked) {
-                  token = t->s_->s_->tokens_.Recheck(*p);
-                  checked = true;
-                }
-                it.status = token.ok() ? Update(w, p->tenant, it.order, it.price) : token;
+                if (it.status.ok()) it.status = Update(w, tenant, it.order, it.price);
               }
+              return Status::Ok();
             },
             // On the committing thread, once the message's records are durable.
-            [this, m, start](const Status& durable) {
+            [this, m, start](const Status& call) {
               auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
                             .count();
               auto fill = [&](const StreamItem& it, pb::UpdateOrderResponse* a) {
                 a->set_tag(it.tag);
-                const Status& s = durable.ok() ? it.status : durable;
+                // An update refused at the edge or by the engine keeps its own
+                // error; the others carry the call's (token, commit).
+                const Status& s = it.status.ok() ? call : it.status;
                 a->set_code(static_cast<int>(s.code()));
                 if (!s.ok()) a->set_message(s.message());
                 stats_->Observe(static_cast<int>(s.code()), us);
@@ -1598,7 +1596,7 @@ Status Server::PrepareCreation(MarketCreation* creation) {
 Status Server::CheckClusterFile() {
   auto spec = topology::LoadClusterYaml(options_.cluster_file);
   if (!spec.ok()) return InvalidArgument("cluster: " + spec.status().message());
-  auto r = core_->Execute<bool>("server", [&](WriterContext& w) -> Result<bool> {
+  Status r = core_->Execute("server", [&](WriterContext& w) -> Status {
     const auto& t = w.engine().topology();
     for (const auto& n : spec->nodes) {
       auto id = t.FindNode(n.name);
@@ -1618,9 +1616,9 @@ Status Server::CheckClusterFile() {
                                   "add|drain|remove`, or start without --cluster");
       }
     }
-    return true;
+    return Status::Ok();
   });
-  LZ_RETURN_IF_ERROR(r.status());
+  LZ_RETURN_IF_ERROR(r);
   cluster_note_ = "every node of " + options_.cluster_file + " is already in the market";
   return Status::Ok();
 }

@@ -131,6 +131,36 @@ TEST(MarketCoreCommits, TheWriterCommitsItsOwnBatchWhenNothingWaits) {
   core.Stop();
 }
 
+// Execute and ExecAsync hand back the work's own result (a Status or a
+// Result<T>) once it is durable, and UNAVAILABLE once the core has stopped.
+TEST(MarketCoreCommits, ExecuteHandsBackTheWorksResult) {
+  auto store = NewMemoryStore();
+  TokenTable tokens;
+  Metrics metrics;
+  MarketCore core(store.get(), &tokens, &metrics);
+  ASSERT_TRUE(core.Start().ok());
+  Status refused = core.Execute("server", [](WriterContext&) -> Status { return NotFound("x: none"); });
+  EXPECT_EQ(refused.code(), laissez::StatusCode::kNotFound);
+  Result<int> seven = core.Execute<int>("server", [](WriterContext&) -> Result<int> { return 7; });
+  ASSERT_TRUE(seven.ok());
+  EXPECT_EQ(*seven, 7);
+  std::atomic<bool> done{false};
+  Status got;
+  core.ExecAsync(
+      "server", [](WriterContext&) -> Status { return InvalidArgument("y: bad"); },
+      [&](Status st) {
+        got = std::move(st);
+        done = true;
+        done.notify_one();
+      });
+  done.wait(false);
+  EXPECT_EQ(got.code(), laissez::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.message(), "y: bad");
+  core.Stop();
+  Status stopped = core.Execute("server", [](WriterContext&) -> Status { return Status::Ok(); });
+  EXPECT_EQ(stopped.code(), laissez::StatusCode::kUnavailable);
+}
+
 TEST_F(ServerFixture, FreshServerCreatesAnAdminToken) {
   EXPECT_TRUE(server_->fresh());
   EXPECT_EQ(admin_.substr(0, 3), "lz_");

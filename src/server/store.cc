@@ -111,6 +111,7 @@ class SqliteStore final : public Store {
   ~SqliteStore() override {
     for (auto* s : {insert_journal_, upsert_token_, put_meta_, count_commit_}) sqlite3_finalize(s);
     sqlite3_close(db_);
+    sqlite3_close(snapshot_db_);
     if (sidecar_fd_ >= 0) ::close(sidecar_fd_);
   }
 
@@ -288,6 +289,19 @@ class SqliteStore final : public Store {
 
   // The newest snapshot only is kept; the journal stays whole.
   Status WriteSnapshot(const StoredSnapshot& snap) override {
+    LZ_ASSIGN_OR_RETURN(bool long_log, CommitSnapshot(snap));
+    // The image's pages are in the log now; copy them here, on the snapshot
+    // thread's own connection and without mu_, so that neither the next
+    // journal commit (which would wait for mu_) nor its AfterCommit (which
+    // would meet a log of image pages) copies them on the acknowledgement
+    // path. The snapshot is committed either way: a failed checkpoint leaves
+    // the log long, and AfterCommit copies what is left after the next commit.
+    if (long_log) (void)CheckpointOnSnapshotConnection();
+    return Status::Ok();
+  }
+
+  // Commits the snapshot; true if the log is long enough to checkpoint.
+  Result<bool> CommitSnapshot(const StoredSnapshot& snap) {
     std::lock_guard lock(mu_);
     if (snap.seq > last_seq_) {
       return InvalidArgument("snapshot.seq: " + std::to_string(snap.seq) + " is beyond the journal");
@@ -310,13 +324,7 @@ class SqliteStore final : public Store {
       (void)Exec("ROLLBACK");
       return st;
     }
-    // The image's pages are in the log now; copy them here, on the snapshot
-    // thread, so the next journal commit's AfterCommit does not meet a log
-    // of image pages and copy them on the acknowledgement path. The snapshot
-    // is committed either way: a failed checkpoint leaves the log long, and
-    // AfterCommit tries again (and reports a failure) after the next commit.
-    if (wal_pages_ >= kCheckpointPages) (void)CheckpointLocked();
-    return st;
+    return wal_pages_ >= kCheckpointPages;
   }
 
   Result<StoredSnapshot> LoadSnapshot() override {
@@ -354,12 +362,42 @@ class SqliteStore final : public Store {
   // A PASSIVE checkpoint on the committing connection, between commits (mu_
   // held): no frame is being added, so (with no reader in another process)
   // it copies every frame, and the next commit starts the log over.
+  // SQLITE_BUSY: the snapshot's checkpoint is running; the log stays long
+  // and the next AfterCommit tries again.
   Status CheckpointLocked() {
     int log = 0, copied = 0;
-    if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied) != SQLITE_OK) {
-      return Error("checkpoint");
-    }
+    int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+    if (rc == SQLITE_BUSY) return Status::Ok();
+    if (rc != SQLITE_OK) return Error("checkpoint");
     wal_pages_ = log - copied;
+    return Status::Ok();
+  }
+
+  // A PASSIVE checkpoint on a second connection (the snapshot thread's; not
+  // under mu_, so commits go on meanwhile): it copies the frames committed
+  // when it began into the database and fsyncs it. It does not start the log
+  // over (a commit may be adding frames); the committing connection's next
+  // AfterCommit copies the few frames added since, and the commit after it
+  // starts the log over.
+  Status CheckpointOnSnapshotConnection() {
+    std::lock_guard lock(snapshot_mu_);
+    if (!snapshot_db_) {
+      sqlite3* db = nullptr;
+      if (sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+        std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+        sqlite3_close(db);
+        return Unavailable("store: snapshot checkpoint: cannot open " + path_ + ": " + msg);
+      }
+      snapshot_db_ = db;
+      // The database file is fsynced after the copy, as on the committing connection.
+      if (sqlite3_exec(snapshot_db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr) != SQLITE_OK) {
+        return Internal(std::string("store: snapshot checkpoint: ") + sqlite3_errmsg(snapshot_db_));
+      }
+    }
+    int rc = sqlite3_wal_checkpoint_v2(snapshot_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+      return Internal(std::string("store: snapshot checkpoint: ") + sqlite3_errmsg(snapshot_db_));
+    }
     return Status::Ok();
   }
 
@@ -474,6 +512,9 @@ class SqliteStore final : public Store {
   uint64_t last_seq_ = 0, commits_ = 0;
   int sidecar_fd_ = -1;
   int wal_pages_ = 0;  // Under mu_ (WalHook runs inside Commit).
+  // The snapshot thread's connection for its checkpoint (opened on first use).
+  std::mutex snapshot_mu_;
+  sqlite3* snapshot_db_ = nullptr;
 };
 
 }  // namespace
