@@ -913,14 +913,9 @@ void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
     }
   }
   if (st.ok()) {
-    // The acks have left: the store's housekeeping (a WAL checkpoint) delays
-    // only what comes next, and waits for a quiet moment if it can.
-    bool idle;
-    {
-      std::lock_guard lock(queue_mu_);
-      idle = queue_.empty();
-    }
-    if (Status c = store_->AfterCommit(idle); !c.ok()) {
+    // The acks have left: the store's housekeeping (a WAL checkpoint, most
+    // of it on a thread of its own) delays at most what comes next.
+    if (Status c = store_->AfterCommit(); !c.ok()) {
       std::fprintf(stderr, "laissez serve: %s (the commit itself is durable)\n", c.ToString().c_str());
     }
   }

@@ -6,10 +6,12 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "server/auth.h"
 
@@ -109,9 +111,15 @@ class SqliteStore final : public Store {
  public:
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   ~SqliteStore() override {
+    {
+      std::lock_guard lock(ckpt_mu_);
+      ckpt_stop_ = true;
+      ckpt_cv_.notify_one();
+    }
+    if (ckpt_thread_.joinable()) ckpt_thread_.join();
     for (auto* s : {insert_journal_, upsert_token_, put_meta_, count_commit_}) sqlite3_finalize(s);
     sqlite3_close(db_);
-    sqlite3_close(snapshot_db_);
+    sqlite3_close(side_db_);
     if (sidecar_fd_ >= 0) ::close(sidecar_fd_);
   }
 
@@ -222,10 +230,30 @@ class SqliteStore final : public Store {
     return WriteSidecar(/*create=*/false);
   }
 
-  Status AfterCommit(bool idle) override {
+  // In two steps, so that no commit waits for the bulk of the copy: at
+  // kCheckpointPages the checkpoint thread copies the log into the database
+  // on its own connection while commits go on; after the next commit once it
+  // is done, the committing connection copies the few frames committed
+  // meanwhile, and the commit after that starts the log over. If the thread
+  // falls behind, at four times kCheckpointPages the committing connection
+  // copies everything itself, as before.
+  Status AfterCommit() override {
     std::lock_guard lock(mu_);
-    if (wal_pages_ < kCheckpointPages || (!idle && wal_pages_ < 4 * kCheckpointPages)) return Status::Ok();
-    return CheckpointLocked();
+    if (wal_pages_ < kCheckpointPages) return Status::Ok();
+    bool copied_in_background = false;
+    {
+      std::lock_guard c(ckpt_mu_);
+      if (ckpt_done_) {
+        copied_in_background = true;
+        ckpt_done_ = false;
+      } else if (!ckpt_busy_) {
+        ckpt_busy_ = true;
+        if (!ckpt_thread_.joinable()) ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
+        ckpt_cv_.notify_one();
+      }
+    }
+    if (copied_in_background || wal_pages_ >= 4 * kCheckpointPages) return CheckpointLocked();
+    return Status::Ok();
   }
 
   Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) override {
@@ -296,7 +324,7 @@ class SqliteStore final : public Store {
     // would meet a log of image pages) copies them on the acknowledgement
     // path. The snapshot is committed either way: a failed checkpoint leaves
     // the log long, and AfterCommit copies what is left after the next commit.
-    if (long_log) (void)CheckpointOnSnapshotConnection();
+    if (long_log) (void)CheckpointOnSideConnection();
     return Status::Ok();
   }
 
@@ -362,8 +390,8 @@ class SqliteStore final : public Store {
   // A PASSIVE checkpoint on the committing connection, between commits (mu_
   // held): no frame is being added, so (with no reader in another process)
   // it copies every frame, and the next commit starts the log over.
-  // SQLITE_BUSY: the snapshot's checkpoint is running; the log stays long
-  // and the next AfterCommit tries again.
+  // SQLITE_BUSY: a checkpoint on the second connection is running; the log
+  // stays long and a later AfterCommit tries again.
   Status CheckpointLocked() {
     int log = 0, copied = 0;
     int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
@@ -373,30 +401,46 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  // A PASSIVE checkpoint on a second connection (the snapshot thread's; not
-  // under mu_, so commits go on meanwhile): it copies the frames committed
-  // when it began into the database and fsyncs it. It does not start the log
-  // over (a commit may be adding frames); the committing connection's next
-  // AfterCommit copies the few frames added since, and the commit after it
-  // starts the log over.
-  Status CheckpointOnSnapshotConnection() {
-    std::lock_guard lock(snapshot_mu_);
-    if (!snapshot_db_) {
+  // The checkpoint thread (started by the first AfterCommit that needs it).
+  void CheckpointLoop() {
+    std::unique_lock lock(ckpt_mu_);
+    for (;;) {
+      ckpt_cv_.wait(lock, [&] { return ckpt_stop_ || (ckpt_busy_ && !ckpt_done_); });
+      if (ckpt_stop_) return;
+      lock.unlock();
+      // A failure leaves the log long; the committing connection then copies
+      // it itself (and reports its own failure, if any).
+      (void)CheckpointOnSideConnection();
+      lock.lock();
+      ckpt_busy_ = false;
+      ckpt_done_ = true;
+    }
+  }
+
+  // A PASSIVE checkpoint on a second connection (the checkpoint thread's or
+  // the snapshot thread's; not under mu_, so commits go on meanwhile): it
+  // copies the frames committed when it began into the database and fsyncs
+  // it. It does not start the log over (a commit may be adding frames); the
+  // committing connection's next AfterCommit copies the few frames added
+  // since, and the commit after it starts the log over.
+  Status CheckpointOnSideConnection() {
+    std::lock_guard lock(side_mu_);
+    if (!side_db_) {
       sqlite3* db = nullptr;
       if (sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
         std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
         sqlite3_close(db);
-        return Unavailable("store: snapshot checkpoint: cannot open " + path_ + ": " + msg);
+        return Unavailable("store: checkpoint on the second connection: cannot open " + path_ + ": " + msg);
       }
-      snapshot_db_ = db;
+      side_db_ = db;
       // The database file is fsynced after the copy, as on the committing connection.
-      if (sqlite3_exec(snapshot_db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr) != SQLITE_OK) {
-        return Internal(std::string("store: snapshot checkpoint: ") + sqlite3_errmsg(snapshot_db_));
+      if (sqlite3_exec(side_db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr) != SQLITE_OK) {
+        return Internal(std::string("store: checkpoint on the second connection: ") + sqlite3_errmsg(side_db_));
       }
     }
-    int rc = sqlite3_wal_checkpoint_v2(snapshot_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    int rc = sqlite3_wal_checkpoint_v2(side_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
     if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
-      return Internal(std::string("store: snapshot checkpoint: ") + sqlite3_errmsg(snapshot_db_));
+      return Internal(std::string("store: checkpoint on the second connection: ") + sqlite3_errmsg(side_db_));
     }
     return Status::Ok();
   }
@@ -512,9 +556,15 @@ class SqliteStore final : public Store {
   uint64_t last_seq_ = 0, commits_ = 0;
   int sidecar_fd_ = -1;
   int wal_pages_ = 0;  // Under mu_ (WalHook runs inside Commit).
-  // The snapshot thread's connection for its checkpoint (opened on first use).
-  std::mutex snapshot_mu_;
-  sqlite3* snapshot_db_ = nullptr;
+  // The second connection, for checkpoints beside the commits (opened on first use).
+  std::mutex side_mu_;
+  sqlite3* side_db_ = nullptr;
+  // The checkpoint thread: busy from AfterCommit's request until its
+  // checkpoint is done; done until the committing connection copied the rest.
+  std::mutex ckpt_mu_;
+  std::condition_variable ckpt_cv_;
+  bool ckpt_busy_ = false, ckpt_done_ = false, ckpt_stop_ = false;
+  std::thread ckpt_thread_;
 };
 
 }  // namespace

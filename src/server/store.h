@@ -94,16 +94,13 @@ class Store {
   virtual std::string PendingIdentity() const { return {}; }
 
   // Housekeeping after a commit whose acknowledgements have left, so that no
-  // acknowledgement waits for it; `idle`: no commands are waiting. SQLite
-  // copies its write-ahead log into the database once the log holds
-  // kCheckpointPages pages (and then starts it over), when idle, or at four
-  // times that even under load (docs/SERVER.md, "Durability: WAL checkpoints
-  // after the replies"). Called by one committing thread at a time. Default:
-  // nothing.
-  virtual Status AfterCommit(bool idle) {
-    (void)idle;
-    return Status::Ok();
-  }
+  // acknowledgement waits for it. SQLite copies its write-ahead log into the
+  // database once the log holds kCheckpointPages pages, on a thread and
+  // connection of its own beside the commits, then copies the few frames
+  // committed meanwhile here, and the next commit starts the log over
+  // (docs/SERVER.md, "Durability: WAL checkpoints after the replies"). Called
+  // by one committing thread at a time. Default: nothing.
+  virtual Status AfterCommit() { return Status::Ok(); }
 
   // The newest complete snapshot; empty if the store keeps none (recovery
   // then replays the whole journal).
@@ -151,7 +148,7 @@ std::unique_ptr<Store> NewMemoryStore();
 // SQLite does not checkpoint its write-ahead log inside a commit (as its
 // automatic checkpoint would, every 1,000 pages); Store::AfterCommit does.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
-// Write-ahead log pages after which Store::AfterCommit checkpoints when idle.
+// Write-ahead log pages after which Store::AfterCommit checkpoints.
 inline constexpr int kCheckpointPages = 1000;
 
 }  // namespace laissez::server
