@@ -148,9 +148,11 @@ void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
 // callers refresh the rates the book's summary feeds (AfterBookChange).
 void MarketEngine::Impl::EntryInsert(const Order& o) {
   auto& b = books_.Mutable(o.eff_scope.value);
-  if (b.empty() && V(o.eff_scope).node.valid()) ++leaf_books_;
+  const bool was_empty = b.empty();
   BookEntry e{o.effective, o.seq, SlotOf(o), o.book_flags, o.tenant.value};
   b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+  // Counted once the entry is in: an insert that fails leaves the count as it was.
+  if (was_empty && V(o.eff_scope).node.valid()) ++leaf_books_;
   books_.Retop(o.eff_scope.value);
 }
 

@@ -1046,7 +1046,7 @@ class MarketEngine::Impl {
   void ScheduleAdd(Micros time, uint8_t kind, uint64_t id) {
     if (time == kNever) return;
     if (kind != kSchedExhaust) sched_.insert(SchedKey{time, kind, id});
-    else if (!exhaust_sched_.Contains(time, static_cast<uint32_t>(id))) exhaust_sched_.Insert(time, static_cast<uint32_t>(id));
+    else exhaust_sched_.Insert(time, static_cast<uint32_t>(id));  // An entry already at `time` stays.
   }
   // ScheduleErase(from, ...) then ScheduleAdd(to, ...), the same schedule
   // after: the entry's tree node is re-keyed and re-linked, not freed and
