@@ -18,7 +18,7 @@ void MarketEngine::Impl::EnsureIndex() {
   // and the topology while a rebuild can happen (a dangling NodeState& was
   // found by the split-advance property test).
   index_.assign(topo_.type_count(), {});
-  for (NodeState& s : nodes_) s.leaf = UINT32_MAX;
+  node_leaf_.assign(nodes_.size(), NodeLeaf{});
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
     TypeIndex& ix = index_[t];
@@ -28,8 +28,7 @@ void MarketEngine::Impl::EnsureIndex() {
     for (uint32_t i = 0; i < order.size(); ++i) {
       ix.key[i] = KeyOf(order[i]);
       ix.free_leaf[i] = IsFree(nodes_[order[i].value]);
-      nodes_[order[i].value].leaf = i;
-      node_cold_[order[i].value].above = V(topo_.node(order[i]).leaf).parent;
+      node_leaf_[order[i].value] = NodeLeaf{i, V(topo_.node(order[i]).leaf).parent};
     }
     ix.Build();
   }
@@ -48,10 +47,11 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
     return;
   }
   TypeIndex& ix = index_[nodes_[n.value].type.value];
-  const uint32_t leaf = nodes_[n.value].leaf;
+  const NodeLeaf at = node_leaf_[n.value];
+  uint32_t leaf = at.leaf;
   if (leaf == UINT32_MAX) return;
   // Where the candidate walk starts: the leaf vertex only if a leaf vertex's book has an order.
-  auto walk_from = [&] { return leaf_books_ > 0 ? topo_.node(n).leaf : node_cold_[n.value].above; };
+  auto walk_from = [&] { return leaf_books_ > 0 ? topo_.node(n).leaf : at.above; };
   unsigned __int128 k = KeyOf(n);
   Price now_obtain = static_cast<Price>(k >> 64);
   bool free_now = IsFree(nodes_[n.value]);

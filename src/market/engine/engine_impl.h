@@ -414,17 +414,13 @@ class BookTable {
 // A node's state in one cache line (issue 12): what a limit change, a re-key
 // and a settlement read, aligned so that a node's record never straddles two
 // lines (88 bytes at an 8-byte stride did, nearly always). The contest's and
-// the minimum hold's fields, its place in the holder's node list and its leaf
-// vertex's parent are in NodeCold, by node (Impl::node_cold_).
+// the minimum hold's fields are in NodeCold, by node (Impl::node_cold_).
 // Fields are ordered so that the 4-byte and 1-byte ones pack without padding.
 struct alignas(64) NodeState {
   TenantId holder;
   uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
   uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
-  // Its position in its type's leaf order (UINT32_MAX if it has none), set
-  // by EnsureIndex and valid while the index is current: a re-key finds its
-  // key from this line (issue 12: a separate per-node entry cost a miss).
-  uint32_t leaf = UINT32_MAX;
+  uint32_t tenant_pos = 0;           // Index in the holder's node list.
   uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
   uint8_t reasons = 0;
   // One byte of flags.
@@ -454,15 +450,8 @@ struct NodeCold {
   // Contest.
   Micros deadline = 0;
   Price notice_price = 0;  // The price the holder's latest notice stated.
-  uint32_t tenant_pos = 0;  // Index in the holder's node list.
-  // The parent of its leaf vertex, set by EnsureIndex with NodeState::leaf:
-  // where a lowered limit's candidate walk starts while no leaf vertex has an
-  // order (Impl::leaf_books_).
-  VertexId above;
 };
-// 96 bytes: the 8-byte per-node entry the index kept for the leaf position
-// and the walk's start is folded into these two (issue 12).
-static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 96, "the node state is meant to stay compact (issue 12)");
+static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 88, "the node state is meant to stay compact (issue 12)");
 
 // The rare parts of an order (issue 12): a locality anchor, a clip schedule,
 // a gang's cooldown and the nodes a pending order claims (the placed price
@@ -872,11 +861,16 @@ class MarketEngine::Impl {
   }
   std::vector<TypeIndex> index_;
   uint64_t index_generation_ = UINT64_MAX;
-  // Per node, set with the index and valid while it is current: the node's
-  // position in its type's leaf order (NodeState::leaf) and the parent of its
-  // leaf vertex (NodeCold::above), where a limit change's candidate walk starts
-  // while no leaf vertex has an order (issue 12: instead of the topology's
-  // leaf index, node record, leaf vertex and that book's top).
+  // Per node, built with the index and valid while it is current: the node's
+  // position in its type's leaf order (UINT32_MAX if it has none) and the
+  // parent of its leaf vertex, where a limit change's candidate walk starts
+  // while no leaf vertex has an order (issue 12: one 8-byte read instead of
+  // the topology's leaf index, node record, leaf vertex and that book's top).
+  struct NodeLeaf {
+    uint32_t leaf = UINT32_MAX;
+    VertexId above;
+  };
+  std::vector<NodeLeaf> node_leaf_;
   uint32_t leaf_books_ = 0;  // Leaf vertices (one node each) whose book is not empty.
 
   // Work lists of the current instant.

@@ -117,7 +117,7 @@ void MarketEngine::Impl::StartHolding(NodeId n, TenantId tid, Price limit) {
   s.paid_rate = 0;
   s.carry = 0;
   s.acc_since = now_;
-  node_cold_[n.value].tenant_pos = static_cast<uint32_t>(t.nodes.size());
+  s.tenant_pos = static_cast<uint32_t>(t.nodes.size());
   t.nodes.push_back(n);
   t.committed = SatAdd(t.committed, limit);
   t.committed_need = SatAdd(t.committed_need, GraceCost(limit, params_.grace));
@@ -142,10 +142,10 @@ void MarketEngine::Impl::EndHolding(NodeId n) {
   t.rate_sum -= s.rate;
   t.rate_time_sum -= static_cast<__int128>(s.rate) * now_;
   // Swap-remove from the tenant's list.
-  uint32_t pos = node_cold_[n.value].tenant_pos;
+  uint32_t pos = s.tenant_pos;
   NodeId last = t.nodes.back();
   t.nodes[pos] = last;
-  node_cold_[last.value].tenant_pos = pos;
+  nodes_[last.value].tenant_pos = pos;
   t.nodes.pop_back();
   t.committed -= s.limit;
   t.committed_need -= GraceCost(s.limit, params_.grace);
