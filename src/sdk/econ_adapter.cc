@@ -228,8 +228,8 @@ void EconAdapter::Prefetch(int level) const {
   if (s == nullptr) return;
   if (const PricingStrategy* next = s->inner()) {
     FetchLines(next, 64);
-  } else if (const void* t = s->table()) {
-    FetchLines(t, 64);
+  } else if (const std::span<const std::byte> t = s->table(); !t.empty()) {
+    FetchLines(t.data(), t.size());
   }
 }
 

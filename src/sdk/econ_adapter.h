@@ -44,6 +44,7 @@
 // the adapter. Thread-safety: none.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -139,10 +140,11 @@ class PricingStrategy {
   // parameters (e.g. ThroughputValue::set_value_per_hour) calls MarkDirty().
   virtual Micros NextChange(const NodeSpec& /*spec*/, Micros now) const { return now + 1; }
   // For prefetching a chain of strategies (hints only, EconAdapter::Prefetch):
-  // the inner strategy this one's Price() calls (a decorator's), and a heap
-  // buffer its Price() reads (a table's); nullptr when there is none.
+  // the inner strategy this one's Price() calls (a decorator's; nullptr when
+  // there is none), and the heap buffer its Price() reads, all of it (a
+  // table's; empty when there is none).
   virtual const PricingStrategy* inner() const { return nullptr; }
-  virtual const void* table() const { return nullptr; }
+  virtual std::span<const std::byte> table() const { return {}; }
 };
 
 using RequestId = uint64_t;

@@ -54,9 +54,22 @@ std::unique_ptr<PricingStrategy> SpotLike(laissez::Price low) { return std::make
 ThroughputValue::ThroughputValue(laissez::Price value_per_hour, std::unordered_map<std::string, Ppm> speed_ppm)
     : value_per_hour_(value_per_hour), speed_ppm_(speed_ppm.begin(), speed_ppm.end()) {}
 
+namespace {
+// a == b for type names of a few bytes, compared in place: std::string's ==
+// calls the library's memcmp for every entry of equal length, and a tenant's
+// every Price() call compares one to three entries (issue 12).
+bool SameName(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+}  // namespace
+
 std::optional<laissez::Price> ThroughputValue::ValueOf(const std::string& type) const {
   for (const auto& [name, ppm] : speed_ppm_)
-    if (name == type) return ppm > 0 ? std::optional<laissez::Price>(Scale(value_per_hour_, ppm)) : std::nullopt;
+    if (SameName(name, type)) return ppm > 0 ? std::optional<laissez::Price>(Scale(value_per_hour_, ppm)) : std::nullopt;
   return std::nullopt;
 }
 

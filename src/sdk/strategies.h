@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -67,7 +68,7 @@ class ThroughputValue final : public PricingStrategy {
   std::optional<laissez::Price> ValueOf(const std::string& type) const;
   void set_value_per_hour(laissez::Price v) { value_per_hour_ = v; }
 
-  const void* table() const override { return speed_ppm_.data(); }
+  std::span<const std::byte> table() const override { return std::as_bytes(std::span(speed_ppm_)); }
 
  private:
   laissez::Price value_per_hour_;

@@ -37,6 +37,10 @@ TEST_F(StrategiesTest, ThroughputValueScalesByRelativeSpeedAndSkipsUnknownTypes)
   EXPECT_EQ(t.Price(Spec("h100"), View()), 10 * kUnit);
   EXPECT_EQ(t.Price(Spec("a100"), View()), 4'370'000);
   EXPECT_EQ(t.Price(Spec("l4"), View()), std::nullopt);
+  // Names match whole: not a prefix, not one differing in its last byte.
+  EXPECT_EQ(t.Price(Spec("h10"), View()), std::nullopt);
+  EXPECT_EQ(t.Price(Spec("h1000"), View()), std::nullopt);
+  EXPECT_EQ(t.Price(Spec("h101"), View()), std::nullopt);
 }
 
 TEST_F(StrategiesTest, BudgetCapLimitsToMaxAndToWhatTheBalanceSustains) {
@@ -204,7 +208,8 @@ TEST_F(StrategiesTest, DecoratorsNameTheirInnerStrategyForPrefetching) {
   auto tv = std::make_unique<ThroughputValue>(10 * kUnit, std::unordered_map<std::string, Ppm>{{"h100", kPpm}});
   const PricingStrategy* base = tv.get();
   EXPECT_EQ(base->inner(), nullptr);
-  EXPECT_NE(base->table(), nullptr);
+  // The whole table, not its first line: a type's entry may lie past it.
+  EXPECT_EQ(base->table().size(), sizeof(std::pair<std::string, Ppm>));
   std::unique_ptr<PricingStrategy> s = std::move(tv);
   s = std::make_unique<DeadlineUrgency>(std::move(s), DeadlineUrgency::Params{});
   s = std::make_unique<LocalityAware>(std::move(s), 100'000);
@@ -214,14 +219,14 @@ TEST_F(StrategiesTest, DecoratorsNameTheirInnerStrategyForPrefetching) {
   int depth = 0;
   const PricingStrategy* p = s.get();
   while (p->inner() != nullptr) {
-    EXPECT_EQ(p->table(), nullptr);
+    EXPECT_TRUE(p->table().empty());
     p = p->inner();
     ++depth;
   }
   EXPECT_EQ(p, base);
   EXPECT_EQ(depth, 5);
   EXPECT_EQ(FixedValue(kUnit).inner(), nullptr);
-  EXPECT_EQ(FixedValue(kUnit).table(), nullptr);
+  EXPECT_TRUE(FixedValue(kUnit).table().empty());
 }
 
 TEST_F(StrategiesTest, OnDemandAndSpotLikeAreFlat) {
