@@ -80,7 +80,20 @@ Money OrderBookView::balance() const {
 // ---- EconAdapter ----
 
 EconAdapter::EconAdapter(MarketClient* client, PricingStrategy* strategy, AdapterListener* listener)
-    : client_(client), strategy_(strategy), listener_(listener) {}
+    : client_(client), strategy_(strategy), listener_(listener) {
+  const PricingStrategy* s = strategy_;
+  for (ChainLine& line : chain_) {
+    if (s == nullptr) break;
+    if (const PricingStrategy* next = s->inner()) {
+      line = {next, 64};
+      s = next;
+    } else {
+      const std::span<const std::byte> t = s->table();
+      if (!t.empty()) line = {t.data(), t.size()};
+      break;
+    }
+  }
+}
 
 Result<VertexId> EconAdapter::ScopeOf(const NodeSpec& spec) {
   std::string key = spec.location.empty() ? spec.node_type : spec.node_type + "/" + spec.location;
@@ -220,17 +233,11 @@ void EconAdapter::Prefetch(int level) const {
     if (!rs.priced.empty()) FetchLines(rs.priced.data(), rs.priced.size() * sizeof(PricedOption));
     if (!rs.nodes.empty()) FetchLines(rs.nodes.data(), rs.nodes.size() * sizeof(HeldNode));
   }
-  // The strategy chain, one hop per level (issue 12: its decorators and the
-  // throughput table are separate heap objects): at level L the object at
-  // depth L - 2, fetched by the level before, names the next.
-  const PricingStrategy* s = strategy_;
-  for (int d = 2; d < level && s != nullptr; ++d) s = s->inner();
-  if (s == nullptr) return;
-  if (const PricingStrategy* next = s->inner()) {
-    FetchLines(next, 64);
-  } else if (const std::span<const std::byte> t = s->table(); !t.empty()) {
-    FetchLines(t.data(), t.size());
-  }
+  // The strategy chain, one object per level (issue 12: its decorators and
+  // the throughput table are separate heap objects), as the constructor
+  // listed it.
+  const size_t d = static_cast<size_t>(level - 2);
+  if (d < chain_.size() && chain_[d].p != nullptr) FetchLines(chain_[d].p, chain_[d].bytes);
 }
 
 const EconAdapter::RequestState* EconAdapter::request(RequestId id) const {

@@ -44,6 +44,7 @@
 // the adapter. Thread-safety: none.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -139,7 +140,8 @@ class PricingStrategy {
   // answer provably holds longer. A tenant that changes its strategy's
   // parameters (e.g. ThroughputValue::set_value_per_hour) calls MarkDirty().
   virtual Micros NextChange(const NodeSpec& /*spec*/, Micros now) const { return now + 1; }
-  // For prefetching a chain of strategies (hints only, EconAdapter::Prefetch):
+  // For prefetching a chain of strategies (hints only, EconAdapter::Prefetch;
+  // the adapter reads them once, when it is made):
   // the inner strategy this one's Price() calls (a decorator's; nullptr when
   // there is none), and the heap buffer its Price() reads, all of it (a
   // table's; empty when there is none).
@@ -276,6 +278,16 @@ class EconAdapter {
   bool retry_ = false;          // The last round had an error.
   RequestId next_id_ = 1;
   std::map<RequestId, RequestState> requests_;  // Ordered: deterministic pricing order.
+  // What Prefetch fetches at levels 2, 3, ...: the strategy chain's objects
+  // below the first, then the base's table, read through inner() and table()
+  // once, when the adapter is made (issue 12): a level then costs one load of
+  // this line, not a walk of virtual inner() calls over the objects the
+  // levels before fetched. Hints only: a stale entry fetches the wrong lines.
+  struct ChainLine {
+    const void* p = nullptr;
+    size_t bytes = 0;
+  };
+  std::array<ChainLine, 4> chain_{};
   std::unordered_map<uint64_t, RequestId> order_owner_;  // OrderId.value -> request.
   std::unordered_map<uint32_t, RequestId> node_owner_;   // NodeId.value -> request.
   std::unordered_map<std::string, VertexId> scope_cache_;
