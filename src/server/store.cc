@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "server/auth.h"
 
@@ -114,7 +115,7 @@ class SqliteStore final : public Store {
     {
       std::lock_guard lock(ckpt_mu_);
       ckpt_stop_ = true;
-      ckpt_cv_.notify_one();
+      ckpt_cv_.notify_all();
     }
     if (ckpt_thread_.joinable()) ckpt_thread_.join();
     for (auto* s : {insert_journal_, upsert_token_, put_meta_, count_commit_}) sqlite3_finalize(s);
@@ -235,25 +236,37 @@ class SqliteStore final : public Store {
   // on its own connection while commits go on; after the next commit once it
   // is done, the committing connection copies the few frames committed
   // meanwhile, and the commit after that starts the log over. If the thread
-  // falls behind, at four times kCheckpointPages the committing connection
-  // copies everything itself, as before.
+  // falls behind, at kMaxLogPages the committing thread waits for its copy
+  // (commits stop meanwhile), so the log stays bounded.
   Status AfterCommit() override {
     std::lock_guard lock(mu_);
-    if (wal_pages_ < kCheckpointPages) return Status::Ok();
-    bool copied_in_background = false;
-    {
-      std::lock_guard c(ckpt_mu_);
-      if (ckpt_done_) {
-        copied_in_background = true;
-        ckpt_done_ = false;
-      } else if (!ckpt_busy_) {
-        ckpt_busy_ = true;
-        if (!ckpt_thread_.joinable()) ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
-        ckpt_cv_.notify_one();
-      }
+    std::unique_lock c(ckpt_mu_);
+    if (wal_pages_ < kCheckpointPages) {
+      // The log started over since the thread's copy (nothing was committed
+      // during it, so it copied everything): there is no rest to copy.
+      ckpt_done_ = false;
+      return Status::Ok();
     }
-    if (copied_in_background || wal_pages_ >= 4 * kCheckpointPages) return CheckpointLocked();
+    if (ckpt_busy_ && wal_pages_ >= kMaxLogPages) ckpt_cv_.wait(c, [&] { return !ckpt_busy_; });
+    if (ckpt_done_) {
+      ckpt_done_ = false;
+      Status thread_failure = std::exchange(ckpt_failure_, Status::Ok());
+      ++checkpoints_.on_commit;
+      c.unlock();
+      LZ_RETURN_IF_ERROR(CheckpointLocked());
+      return thread_failure;
+    }
+    if (!ckpt_busy_) {
+      ckpt_busy_ = true;
+      if (!ckpt_thread_.joinable()) ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
+      ckpt_cv_.notify_all();
+    }
     return Status::Ok();
+  }
+
+  CheckpointCounts Checkpoints() const override {
+    std::lock_guard lock(ckpt_mu_);
+    return checkpoints_;
   }
 
   Status ReadJournal(uint64_t after, const std::function<Status(const JournalRecord&)>& fn) override {
@@ -390,8 +403,9 @@ class SqliteStore final : public Store {
   // A PASSIVE checkpoint on the committing connection, between commits (mu_
   // held): no frame is being added, so (with no reader in another process)
   // it copies every frame, and the next commit starts the log over.
-  // SQLITE_BUSY: a checkpoint on the second connection is running; the log
-  // stays long and a later AfterCommit tries again.
+  // SQLITE_BUSY: a checkpoint on the second connection (the snapshot
+  // thread's) is running; the log stays long and a later AfterCommit tries
+  // again.
   Status CheckpointLocked() {
     int log = 0, copied = 0;
     int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
@@ -409,11 +423,14 @@ class SqliteStore final : public Store {
       if (ckpt_stop_) return;
       lock.unlock();
       // A failure leaves the log long; the committing connection then copies
-      // it itself (and reports its own failure, if any).
-      (void)CheckpointOnSideConnection();
+      // it itself and reports this failure (its own first, if any).
+      Status st = CheckpointOnSideConnection();
       lock.lock();
+      if (!st.ok()) ckpt_failure_ = std::move(st);
+      ++checkpoints_.on_thread;
       ckpt_busy_ = false;
       ckpt_done_ = true;
+      ckpt_cv_.notify_all();  // A committing thread may wait at kMaxLogPages.
     }
   }
 
@@ -435,7 +452,10 @@ class SqliteStore final : public Store {
       side_db_ = db;
       // The database file is fsynced after the copy, as on the committing connection.
       if (sqlite3_exec(side_db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr) != SQLITE_OK) {
-        return Internal(std::string("store: checkpoint on the second connection: ") + sqlite3_errmsg(side_db_));
+        Status st = Internal(std::string("store: checkpoint on the second connection: ") + sqlite3_errmsg(side_db_));
+        sqlite3_close(side_db_);  // Opened again, and the setting tried again, next time.
+        side_db_ = nullptr;
+        return st;
       }
     }
     int rc = sqlite3_wal_checkpoint_v2(side_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
@@ -561,9 +581,11 @@ class SqliteStore final : public Store {
   sqlite3* side_db_ = nullptr;
   // The checkpoint thread: busy from AfterCommit's request until its
   // checkpoint is done; done until the committing connection copied the rest.
-  std::mutex ckpt_mu_;
+  mutable std::mutex ckpt_mu_;
   std::condition_variable ckpt_cv_;
   bool ckpt_busy_ = false, ckpt_done_ = false, ckpt_stop_ = false;
+  Status ckpt_failure_;  // The thread's last failure, reported by the AfterCommit that copies the rest.
+  CheckpointCounts checkpoints_;
   std::thread ckpt_thread_;
 };
 

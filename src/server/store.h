@@ -101,6 +101,14 @@ class Store {
   // (docs/SERVER.md, "Durability: WAL checkpoints after the replies"). Called
   // by one committing thread at a time. Default: nothing.
   virtual Status AfterCommit() { return Status::Ok(); }
+  // How many of AfterCommit's checkpoints ran on the store's own thread and
+  // how many on the committing thread (tests; a store without checkpoints
+  // counts none).
+  struct CheckpointCounts {
+    uint64_t on_thread = 0;
+    uint64_t on_commit = 0;
+  };
+  virtual CheckpointCounts Checkpoints() const { return {}; }
 
   // The newest complete snapshot; empty if the store keeps none (recovery
   // then replays the whole journal).
@@ -150,5 +158,8 @@ std::unique_ptr<Store> NewMemoryStore();
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
 // Write-ahead log pages after which Store::AfterCommit checkpoints.
 inline constexpr int kCheckpointPages = 1000;
+// The log's bound: at this length the committing thread waits for the
+// checkpoint thread's copy, then copies the rest itself.
+inline constexpr int kMaxLogPages = 4 * kCheckpointPages;
 
 }  // namespace laissez::server

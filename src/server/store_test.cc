@@ -255,13 +255,13 @@ TEST(SqliteStore, AnUncommittedCreationIsPending) {
 
 // SQLite's automatic checkpoint is off (it would run inside a commit, and
 // every ack of that commit would wait); AfterCommit checkpoints instead, and
-// the log stays bounded: the committing connection copies it all itself at
-// four times kCheckpointPages if the checkpoint thread has not done so by then.
+// the log stays bounded: at kMaxLogPages the committing thread waits for the
+// checkpoint thread's copy and copies the rest itself.
 TEST(SqliteStore, AfterCommitBoundsTheWriteAheadLog) {
   constexpr uintmax_t kFrame = 24 + 4096;  // A WAL frame: header and one page.
   auto wal_pages = [&](const SqliteFactory& f) { return std::filesystem::file_size(f.path + "-wal") / kFrame; };
   // About 23 WAL frames a commit (ten records of two overflow pages each, a
-  // leaf page, the meta page): 300 commits pass 4 x kCheckpointPages.
+  // leaf page, the meta page): 300 commits pass kMaxLogPages.
   constexpr uint64_t kCommits = 300, kPerCommit = 10, kSlack = 50;
   auto line = [](uint64_t seq) { return std::string(9000, 'x') + std::to_string(seq); };
   auto fill = [&](SqliteFactory& f, bool after_commit) {
@@ -278,9 +278,9 @@ TEST(SqliteStore, AfterCommitBoundsTheWriteAheadLog) {
   };
   SqliteFactory none, after;
   auto s = fill(none, false);
-  EXPECT_GT(wal_pages(none), 4u * kCheckpointPages);  // Nothing checkpointed.
+  EXPECT_GT(wal_pages(none), uintmax_t{kMaxLogPages});  // Nothing checkpointed.
   auto a = fill(after, true);
-  EXPECT_LE(wal_pages(after), 4u * kCheckpointPages + kSlack);
+  EXPECT_LE(wal_pages(after), uintmax_t{kMaxLogPages} + kSlack);
   a.reset();
   auto reopened = after.Open();
   auto all = ReadAll(*reopened);
@@ -314,18 +314,39 @@ TEST(SqliteStore, TheCheckpointThreadCopiesTheLogBesideTheCommits) {
     for (int k = 0; k < 10; ++k, ++seq) b.journal.push_back({seq + 1, "tenant:t", std::string(9000, 'x')});
     EXPECT_TRUE(s->Commit(b).ok());
   };
+  auto wait_for_thread = [&](uint64_t copies) {
+    for (int i = 0; i < 2000 && s->Checkpoints().on_thread < copies; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(s->Checkpoints().on_thread, copies) << "the checkpoint thread did not copy";
+  };
   while (std::filesystem::file_size(f.path + "-wal") / kFrame < kCheckpointPages) commit();
   const uintmax_t before = std::filesystem::file_size(f.path);
-  const uintmax_t copied = before + kCheckpointPages / 2 * 4096;  // Half the log's pages in the database.
   ASSERT_TRUE(s->AfterCommit().ok());  // Asks the thread; copies nothing itself.
-  for (int i = 0; i < 2000 && std::filesystem::file_size(f.path) < copied; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(s->Checkpoints().on_commit, 0u);
+  wait_for_thread(1);
+  EXPECT_GE(std::filesystem::file_size(f.path), before + kCheckpointPages / 2 * 4096)
+      << "half the log's pages should be in the database";
+  // Nothing was committed during the copy, so the next commit starts the log
+  // over and there is no rest to copy: when the log is long again, the
+  // committing thread asks the checkpoint thread again instead of copying the
+  // whole log itself.
+  const uint64_t on_commit = s->Checkpoints().on_commit;
+  for (int i = 0; i < 1000 && s->Checkpoints().on_thread == 1 && s->Checkpoints().on_commit == on_commit; ++i) {
+    commit();
+    ASSERT_TRUE(s->AfterCommit().ok());
   }
-  EXPECT_GE(std::filesystem::file_size(f.path), copied) << "the checkpoint thread copied nothing";
+  // Either no copy on the committing thread yet, or the rest after the
+  // thread's second copy (which may finish before the loop sees it).
+  const auto counts = s->Checkpoints();
+  EXPECT_TRUE(counts.on_commit == on_commit || counts.on_thread == 2)
+      << "the committing thread copied the whole log again (" << counts.on_commit - on_commit
+      << " copies) instead of asking the checkpoint thread";
+  wait_for_thread(2);
   // Once the thread is done, an AfterCommit copies the rest and the next
   // commit starts the log over, so the log's file stops growing: 100 more
   // commits (about 2,300 frames) stay within it (without the restart the
-  // log would pass 3,000 pages, short of the fallback at 4,000).
+  // log would pass 3,000 pages).
   for (int i = 0; i < 100; ++i) {
     commit();
     ASSERT_TRUE(s->AfterCommit().ok());
