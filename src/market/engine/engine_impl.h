@@ -503,8 +503,9 @@ static_assert(sizeof(Order) <= 56, "the order record is meant to stay compact (i
 // are consecutive (ids, slots) spread evenly under the multiplicative hash,
 // so the probes stay short. The capacity need not be a power of two: a hash
 // maps to a bucket by the high half of its product with the capacity, and
-// the table grows by a quarter, so it stays between 60% and the most full
-// (issue 12: 4 bytes a bucket at 43% full cost 9.2 B an order at 100k nodes).
+// the table grows by a quarter, so once it has grown it stays between 4/5
+// of the most full and the most full: 60-75% for OrderIndex (issue 12: 4
+// bytes a bucket at 43% full cost 9.2 B an order at 100k nodes).
 template <typename Value, size_t kLoadNum, size_t kLoadDen>
 class SlotTable {
   static constexpr bool kHasValue = !std::is_void_v<Value>;
