@@ -588,8 +588,10 @@ def digest(m, addr, admin, tenants):
 
 
 def same_digest(reps, m, admin, tenants, which):
-    """Waits until every replica in `which` has applied the same journal seq, then compares digests."""
-    for _ in range(50):
+    """Waits until every replica in `which` has applied the same journal seq, then compares digests.
+    Up to about 15 s: on a loaded 2-core machine a follower that has just stepped down may take a
+    few seconds to catch up (the digests are compared only at one seq, so waiting hides no mismatch)."""
+    for _ in range(150):
         seqs = [(reps.health(i) or {}).get("applied_seq") for i in which]
         if None in seqs or len(set(seqs)) != 1:
             time.sleep(0.1)
@@ -602,7 +604,12 @@ def same_digest(reps, m, admin, tenants, which):
         after = [(reps.health(i) or {}).get("applied_seq") for i in which]
         if after != seqs:
             continue
+        if len(set(ds)) != 1:
+            print("same_digest: replicas %s at seq %s serve different state: %s" % (list(which), seqs[0], ds),
+                  file=sys.stderr)
         return len(set(ds)) == 1, seqs[0]
+    print("same_digest: replicas %s never reached one applied seq: last %s" %
+          (list(which), [(reps.health(i) or {}).get("applied_seq") for i in which]), file=sys.stderr)
     return False, None
 
 
