@@ -65,17 +65,8 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
     if (wake) AddCandidatesFrom(walk_from(), now_obtain);
     return;
   }
-  ix.key[leaf] = k;
-  ix.tree.Moved(ix.all_leaves(), leaf, /*fell=*/k < old_key);
-  // A node free before or after moved in the free tree (its key or its
-  // membership changed); one held or reserved throughout is not in it. One
-  // free before and after only moved there (MinTree::Moved: one read per level
-  // instead of re-deriving each, issue 12).
-  if (free_now && !was_held && ix.free_leaf[leaf]) {
-    ix.free_tree.Moved(ix.free_leaves(), leaf, /*fell=*/k < old_key);
-  } else if (free_now || (!was_held && ix.free_leaf[leaf])) {
-    ix.SetFree(leaf, free_now);
-  }
+  // One held or reserved throughout is not in the free tree.
+  ix.Rekey(leaf, k, old_key, /*was_free=*/!was_held && ix.free_leaf[leaf], free_now);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   if (wake) AddCandidatesFrom(walk_from(), now_obtain);

@@ -844,6 +844,24 @@ class MarketEngine::Impl {
       free_leaf[leaf] = free;
       free_tree.Update(free_leaves(), leaf);
     }
+    // A leaf's new key `k` (its stored key was `old_key`) and whether it is
+    // free now, in both trees: a key that changed moves in the tree of every
+    // node; a node free before and after moves in the free tree (MinTree::Moved:
+    // one read per level instead of re-deriving each, issue 12), one that
+    // became free or held enters or leaves it. `was_free`: in the free tree
+    // before (RefreshNode and RekeyDecayed share this).
+    void Rekey(uint32_t leaf, unsigned __int128 k, unsigned __int128 old_key, bool was_free, bool free_now) {
+      const bool fell = k < old_key;
+      if (k != old_key) {
+        key[leaf] = k;
+        tree.Moved(all_leaves(), leaf, fell);
+      }
+      if (free_now && was_free) {
+        free_tree.Moved(free_leaves(), leaf, fell);
+      } else if (free_now || was_free) {
+        SetFree(leaf, free_now);
+      }
+    }
   };
   unsigned __int128 KeyOf(NodeId n) const {
     const NodeState& s = nodes_[n.value];

@@ -160,15 +160,7 @@ void MarketEngine::Impl::RekeyDecayed(NodeId n, Price f) {
   const unsigned __int128 old_key = ix.key[leaf];
   const bool in_free_tree = ix.free_leaf[leaf] != 0;
   if (k == old_key && in_free_tree) return;
-  if (k != old_key) {
-    ix.key[leaf] = k;
-    ix.tree.Moved(ix.all_leaves(), leaf, /*fell=*/k < old_key);
-  }
-  if (in_free_tree) {
-    ix.free_tree.Moved(ix.free_leaves(), leaf, /*fell=*/k < old_key);
-  } else {
-    ix.SetFree(leaf, true);
-  }
+  ix.Rekey(leaf, k, old_key, in_free_tree, /*free_now=*/true);
   AddCandidatesFrom(leaf_books_ > 0 ? topo_.node(n).leaf : at.above, f);
   if (k != old_key && options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
