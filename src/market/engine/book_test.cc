@@ -13,17 +13,21 @@
 namespace laissez::market::engine_internal {
 namespace {
 
-// Some entries flagged (pending or gang) and tenants repeating, so summaries vary.
+// Some entries flagged (pending or gang) and tenants repeating, so summaries
+// vary. The slot is the seq: the entry's seq is its order's (BookEntry), and
+// here an order is its slot.
 BookEntry Entry(uint64_t seq) {
-  return BookEntry{static_cast<Price>(seq * 7 % 13), seq, static_cast<uint32_t>(seq % 1000),
+  return BookEntry{static_cast<Price>(seq * 7 % 13), static_cast<uint32_t>(seq),
                    static_cast<uint32_t>(seq % 5 == 0 ? kFlagPending : 0), static_cast<uint32_t>(seq % 3)};
+}
+bool Less(const BookEntry& a, const BookEntry& b) {
+  return BookLess(a, b, [](uint32_t slot) { return uint64_t{slot}; });
 }
 
 void ExpectSame(const Book& b, const std::vector<BookEntry>& want) {
   ASSERT_EQ(b.size(), want.size());
   EXPECT_EQ(b.empty(), want.empty());
   for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(b.begin()[i].seq, want[i].seq) << "entry " << i;
     EXPECT_EQ(b.begin()[i].price, want[i].price) << "entry " << i;
     EXPECT_EQ(static_cast<uint32_t>(b.begin()[i].slot), static_cast<uint32_t>(want[i].slot)) << "entry " << i;
   }
@@ -63,13 +67,13 @@ TEST(BookEntries, MatchesAVectorThroughRandomInsertsAndErases) {
 TEST(BookEntries, SummaryOfAnInlineEntryIsDerivedAndAHeapOneStored) {
   Book b;
   EXPECT_EQ(b.summary(), BookSummary{});
-  BookEntry e{40, 1, 7, 0, 2};
+  BookEntry e{40, 7, 0, 2};
   b.insert(b.begin(), e);
   EXPECT_EQ(b.summary(), (BookSummary{40, 2, 0}));  // Derived: nothing to store.
   b.begin()->flags = kFlagPending;
   EXPECT_EQ(b.summary(), BookSummary{});  // A pending entry is no resting demand.
   b.begin()->flags = 0;
-  b.insert(b.end(), BookEntry{30, 2, 8, 0, 3});  // To the heap, the summary carried along.
+  b.insert(b.end(), BookEntry{30, 8, 0, 3});  // To the heap, the summary carried along.
   EXPECT_EQ(b.summary(), (BookSummary{40, 2, 0}));
   b.set_summary(BookSummary{40, 2, 30});
   b.erase(b.begin());  // Still on the heap with one entry: stored until the next set_summary.
@@ -86,7 +90,7 @@ TEST(BookEntries, AssignEmpty) {
     b.assign_empty(n);
     ASSERT_EQ(b.size(), n);
     for (BookEntry& e : b) e = Entry(n);
-    for (const BookEntry& e : b) EXPECT_EQ(e.seq, n);
+    for (const BookEntry& e : b) EXPECT_EQ(e.slot, n);
   }
 }
 
@@ -98,7 +102,7 @@ TEST(BookEntries, AssignEmpty) {
 TEST(BookEntries, InsertsACopyOfAnEntryOfTheSameBook) {
   auto fill = [](Book& b, std::vector<BookEntry>& want, size_t n) {
     for (uint64_t s = 1; s <= n; ++s) {
-      BookEntry e{static_cast<Price>(100 - s), s, static_cast<uint32_t>(s), 0, static_cast<uint32_t>(s)};
+      BookEntry e{static_cast<Price>(100 - s), static_cast<uint32_t>(s), 0, static_cast<uint32_t>(s)};
       b.insert(b.end(), e);
       want.push_back(e);
     }
@@ -124,7 +128,7 @@ TEST(BookEntries, RegrowthOnTheHeapKeepsTheStoredSummary) {
   for (uint64_t s = 1; s <= 2; ++s) b.insert(b.end(), Entry(s));
   const BookSummary stored{77, 4, 66};  // Not Summarize's: only a copy carries it.
   b.set_summary(stored);
-  for (uint64_t s = 3; s <= 40; ++s) {  // Regrows at 2, 4, 8, 16 and 32 entries.
+  for (uint64_t s = 3; s <= 40; ++s) {  // Regrows at 2, 4, 8 and 16 entries, then by an eighth (18, 20, 22, ...).
     b.insert(b.begin(), Entry(s));
     ASSERT_EQ(b.summary(), stored) << s << " entries";
   }
@@ -148,7 +152,7 @@ TEST(BookTables, PoolGrowthRetopAndSummaries) {
     }
   };
   // Vertices in a shuffled order, every third with a second entry (on the
-  // heap), so the pool regrows (16, then 36 books) under both kinds.
+  // heap), so the pool regrows (16, 34, 54, then 76 books) under both kinds.
   std::vector<uint32_t> order(kVertices);
   for (uint32_t v = 0; v < kVertices; ++v) order[v] = v;
   std::shuffle(order.begin(), order.end(), rng);
@@ -158,7 +162,7 @@ TEST(BookTables, PoolGrowthRetopAndSummaries) {
     EXPECT_EQ(t.generation(), before + 1);
     for (int k = 0; k < (v % 3 == 0 ? 2 : 1); ++k) {
       BookEntry e = Entry(++seq);
-      auto at = std::upper_bound(want[v].begin(), want[v].end(), e, BookLess);
+      auto at = std::upper_bound(want[v].begin(), want[v].end(), e, Less);
       b.insert(b.begin() + (at - want[v].begin()), e);
       want[v].insert(at, e);
     }

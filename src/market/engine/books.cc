@@ -80,7 +80,7 @@ void MarketEngine::Impl::AddCandidatesFrom(VertexId from, Price price) {
     if (books_.top(v.value) < price) continue;
     for (const BookEntry& e : books_[v.value]) {
       if (e.price < price) break;
-      candidates_.emplace(-e.price, e.seq, static_cast<uint32_t>(e.slot));
+      candidates_.emplace(-e.price, orders_[e.slot].seq, static_cast<uint32_t>(e.slot));
     }
   }
 }
@@ -110,9 +110,12 @@ NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std
 // ---------------------------------------------------------------- books
 
 BookEntry* MarketEngine::Impl::FindEntry(Book& b, const Order& o) {
-  BookEntry key{o.effective, o.seq, 0, 0, 0};
-  auto it = std::lower_bound(b.begin(), b.end(), key, BookLess);
-  while (it != b.end() && it->price == o.effective && it->seq == o.seq) {
+  auto seq_of = EntrySeq();
+  auto before = [&](const BookEntry& e, const Order& key) {
+    return e.price != key.effective ? e.price > key.effective : seq_of(e.slot) < key.seq;
+  };
+  auto it = std::lower_bound(b.begin(), b.end(), o, before);
+  while (it != b.end() && it->price == o.effective && seq_of(it->slot) == o.seq) {
     if (it->slot == SlotOf(o)) return it;
     ++it;
   }
@@ -140,8 +143,9 @@ void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
 void MarketEngine::Impl::EntryInsert(const Order& o) {
   auto& b = books_.Mutable(o.eff_scope.value);
   const bool was_empty = b.empty();
-  BookEntry e{o.effective, o.seq, SlotOf(o), o.book_flags, o.tenant.value};
-  b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+  BookEntry e{o.effective, SlotOf(o), o.book_flags, o.tenant.value};
+  auto less = [seq_of = EntrySeq()](const BookEntry& x, const BookEntry& y) { return BookLess(x, y, seq_of); };
+  b.insert(std::upper_bound(b.begin(), b.end(), e, less), e);
   // Counted once the entry is in: an insert that fails leaves the count as it was.
   if (was_empty && V(o.eff_scope).node.valid()) ++leaf_books_;
   books_.Retop(o.eff_scope.value);

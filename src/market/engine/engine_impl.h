@@ -187,19 +187,24 @@ class ExhaustSchedule {
 
 enum BookFlag : uint8_t { kFlagGang = 1, kFlagPending = 2 };
 
-// 24 bytes (issue 12): the flags share the slot's word.
+// 16 bytes (issue 12): the flags share the slot's word, and the order's seq,
+// which only breaks ties between equal prices, is read from its record
+// (Order::seq, the same value: an order's seq changes only by a re-entry,
+// BookReprice) where the entry carried a copy (24 bytes). The price and the
+// tenant stay: the walks over a book (candidates, its top, its summary) read
+// them for every entry they pass, and the records would cost a cache line each.
 struct BookEntry {
   Price price;  // Effective price.
-  uint64_t seq;
   uint32_t slot : 30;  // Order slots stay below kMaxOrderSlots (Place).
   uint32_t flags : 2;  // BookFlag bits.
   uint32_t tenant;
 };
 inline constexpr uint32_t kMaxOrderSlots = uint32_t{1} << 30;
-static_assert(sizeof(BookEntry) == 24);
-// Sorted: price desc, seq asc.
-inline bool BookLess(const BookEntry& a, const BookEntry& b) {
-  return a.price != b.price ? a.price > b.price : a.seq < b.seq;
+static_assert(sizeof(BookEntry) == 16);
+// Sorted: price desc, seq asc; `seq_of(slot)` gives an entry's seq.
+template <typename SeqOf>
+inline bool BookLess(const BookEntry& a, const BookEntry& b, SeqOf&& seq_of) {
+  return a.price != b.price ? a.price > b.price : seq_of(a.slot) < seq_of(b.slot);
 }
 
 // The competing-demand summary of a book: what its resting single-node
@@ -219,9 +224,9 @@ struct BookSummary {
 // the last Retop. The first entry lives inline, so a book with one order (a
 // rack's, typically) costs no allocation of its own, and its summary is
 // derived from that entry; a second entry moves the entries to the heap,
-// behind a header with the stored summary, until the book empties. 32
-// bytes, where a std::vector header and the summary took 48 and a one-entry
-// vector's allocation 32 more.
+// behind a header with the stored summary, until the book empties. 24
+// bytes (32 while an entry carried its seq), where a std::vector header and
+// the summary took 48 and a one-entry vector's allocation 32 more.
 class Book {
  public:
   Book() {}
@@ -249,7 +254,7 @@ class Book {
   // it may be an entry of this book, which Reserve and the shift overwrite.
   void insert(BookEntry* pos, BookEntry e) {
     size_t i = static_cast<size_t>(pos - begin()), n = size();
-    if (n == capacity()) Reserve(2 * n);  // Full (inline: one entry): a vector's doubling.
+    if (n == capacity()) Reserve(Grown(n));
     BookEntry* d = data();
     std::memmove(d + i + 1, d + i, (n - i) * sizeof(BookEntry));
     d[i] = e;
@@ -292,6 +297,11 @@ class Book {
     BookEntry* entries() { return std::launder(reinterpret_cast<BookEntry*>(reinterpret_cast<char*>(this) + sizeof(Heap))); }
   };
   static_assert(sizeof(Heap) % alignof(BookEntry) == 0);
+  // Full at n entries (inline: one): doubling up to 16, then by an eighth
+  // (issue 12). Every insert already shifts half the entries on average, so
+  // the rarer copies cost little; doubling left a 20,000-entry zone book
+  // (1M nodes) in a 32,768-entry block.
+  static size_t Grown(size_t n) { return n < 16 ? 2 * n : n + n / 8; }
   bool on_heap() const { return (size_ & kOnHeap) != 0; }
   size_t capacity() const { return on_heap() ? heap_->capacity : 1; }
   BookEntry* data() { return on_heap() ? heap_->entries() : &one_; }
@@ -326,7 +336,7 @@ class Book {
   };
   uint32_t size_ = 0;  // Entries; kOnHeap: they live in heap_.
 };
-static_assert(sizeof(Book) == 32);
+static_assert(sizeof(Book) == 24);
 
 // Per-vertex books, allocated only for vertices that ever had an order: most
 // vertices are leaves that never do.
@@ -356,9 +366,10 @@ class BookTable {
     ++generation_;
     recent_[generation_ % kRecent] = v;
     if (index_[v] == kNone) {
-      // Grow by a quarter, not doubling: most books are a rack's one entry,
-      // so the pool is most of what they cost (issue 12).
-      if (pool_.size() == pool_.capacity()) pool_.reserve(pool_.size() + pool_.size() / 4 + 16);
+      // Grow by an eighth, not doubling: most books are a rack's one entry,
+      // so the pool is most of what they cost (issue 12); it grows only as
+      // vertices get their first order.
+      if (pool_.size() == pool_.capacity()) pool_.reserve(pool_.size() + pool_.size() / 8 + 16);
       pool_.emplace_back();
       index_[v] = static_cast<uint32_t>(pool_.size() - 1);  // Once grown: a bad_alloc leaves no index past the pool.
     }
@@ -1038,6 +1049,10 @@ class MarketEngine::Impl {
 
   // ---------------------------------------------------------------- books (books.cc)
   BookEntry* FindEntry(Book& b, const Order& o);
+  // A book entry's seq: its order's (BookEntry).
+  auto EntrySeq() const {
+    return [this](uint32_t slot) { return orders_[slot].seq; };
+  }
   uint32_t SlotOf(const Order& o) const { return static_cast<uint32_t>(&o - orders_.data()); }
 
   // The competing-demand summary of a book for change detection.

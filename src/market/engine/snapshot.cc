@@ -28,6 +28,17 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kHeader = sizeof(kMagic) + 4 + 8;  // Magic, version, payload length.
 constexpr size_t kTrailer = 8;                      // FNV-1a 64 of the payload.
 
+// A book entry as the image holds it: with its order's seq, which the
+// in-memory entry reads from the order (BookEntry; issue 12), so the image
+// is the same as when the entry carried it.
+struct BookEntryImage {
+  Price price = 0;
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  uint32_t tenant = 0;
+  uint8_t flags = 0;
+};
+
 void PutFixed(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
@@ -41,7 +52,7 @@ uint64_t GetFixed(std::string_view s, size_t at, int bytes) {
 template <typename T>
 concept HasFields = std::is_same_v<T, MarketParams> || std::is_same_v<T, OrderSpec> ||
                     std::is_same_v<T, FloorTarget> ||
-                    std::is_same_v<T, Policy> || std::is_same_v<T, BookEntry> || std::is_same_v<T, LedgerEntry> ||
+                    std::is_same_v<T, Policy> || std::is_same_v<T, BookEntryImage> || std::is_same_v<T, LedgerEntry> ||
                     std::is_same_v<T, SchedKey>;
 
 // Varints (LEB128); signed values zigzag-encoded; ids as value + 1 (0: invalid).
@@ -416,18 +427,14 @@ void Fields(V& v, P& p) requires std::is_same_v<std::remove_const_t<P>, Policy> 
 }
 
 template <typename V, typename E>
-void Fields(V& v, E& e) requires std::is_same_v<std::remove_const_t<E>, BookEntry> {
+void Fields(V& v, E& e) requires std::is_same_v<std::remove_const_t<E>, BookEntryImage> {
   v.F(e.price);
   v.F(e.seq);
-  uint32_t slot = e.slot;  // Bit-fields (BookEntry): through copies.
-  uint8_t flags = e.flags;
-  v.F(slot);
+  v.F(e.slot);
   v.F(e.tenant);
-  v.F(flags);
+  v.F(e.flags);
   if constexpr (!std::is_const_v<E>) {
-    if (slot >= kMaxOrderSlots || flags > (kFlagGang | kFlagPending)) v.Fail("book entry slot or flags out of range");
-    e.slot = slot;
-    e.flags = flags;
+    if (e.slot >= kMaxOrderSlots || e.flags > (kFlagGang | kFlagPending)) v.Fail("book entry slot or flags out of range");
   }
 }
 
@@ -563,7 +570,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
     if (b.empty()) continue;
     w.U(v);
     w.U(b.size());
-    for (const BookEntry& e : b) w.F(e);
+    for (const BookEntry& e : b) w.F(BookEntryImage{e.price, m.orders_[e.slot].seq, e.slot, e.tenant, static_cast<uint8_t>(e.flags)});
   }
   // Orders by anchor node: keys ascending, each key's slots in iteration
   // order (which decides the order of cancellations when an anchor is lost).
@@ -805,9 +812,9 @@ Status MarketEngine::Restore(std::string_view image) {
     if (!r.ok()) break;
     Book& b = m.books_.Mutable(v);
     b.assign_empty(entries);
+    BookEntryImage prev;
     for (size_t k = 0; k < entries && r.ok(); ++k) {
-      BookEntry& e = b.begin()[k];
-      e = Read<BookEntry>(r);
+      BookEntryImage e = Read<BookEntryImage>(r);
       if (!r.ok()) break;
       if (e.slot >= m.orders_.size()) {
         r.Fail(where() + "entry slot " + Num(e.slot) + " out of range (" + Num(m.orders_.size()) + " order slots)");
@@ -815,13 +822,17 @@ Status MarketEngine::Restore(std::string_view image) {
       }
       const Order& o = m.orders_[e.slot];
       const char* why = nullptr;
-      if (k > 0 && !BookLess(b.begin()[k - 1], e)) why = "out of priority order (price descending, then seq ascending)";
-      else if (!o.in_book || !o.eff_scope.valid() || o.eff_scope.value != v) why = "the order is not in the book at this vertex";
-      else if (e.price != o.effective || e.seq != o.seq || e.flags != o.book_flags || e.tenant != o.tenant.value) {
+      if (k > 0 && !(prev.price != e.price ? prev.price > e.price : prev.seq < e.seq)) {
+        why = "out of priority order (price descending, then seq ascending)";
+      } else if (!o.in_book || !o.eff_scope.valid() || o.eff_scope.value != v) {
+        why = "the order is not in the book at this vertex";
+      } else if (e.price != o.effective || e.seq != o.seq || e.flags != o.book_flags || e.tenant != o.tenant.value) {
         why = "price, seq, flags or tenant differ from the order's";
       }
       if (why) r.Fail(where() + "entry " + Num(k) + " (order slot " + Num(e.slot) + ", order " + Num(o.id.value) + "): " + why);
+      b.begin()[k] = BookEntry{e.price, e.slot, e.flags, e.tenant};
       entered[e.slot] = true;
+      prev = e;
     }
     if (r.ok()) m.books_.Retop(v);
     if (r.ok() && m.V(VertexId(v)).node.valid()) ++m.leaf_books_;
