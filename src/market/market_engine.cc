@@ -469,7 +469,7 @@ Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
   v.tenant = o.tenant;
   const OrderCold& c = m.Cold(o);
   v.spec = OrderSpec{o.scope, o.requested, o.count, o.locality, c.rel_to};
-  v.effective_scope = o.eff_scope;
+  v.effective_scope = m.EffScope(o);
   v.effective_price = o.effective;
   v.state = o.state;
   v.seq = o.seq;

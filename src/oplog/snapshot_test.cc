@@ -423,6 +423,40 @@ TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
   EXPECT_EQ(target.Snapshot(), image);
 }
 
+// The record keeps an order's effective scope only when the order has a
+// locality location (issue 12: OrderCold::eff_scope); any other order's is
+// its scope, so an image that says otherwise is refused by name, the engine
+// left as it was.
+TEST(Snapshot, AnEffectiveScopeOtherThanTheScopeWithoutALocalityIsRefused) {
+  MarketEngine source;
+  const auto [leaf0, leaf1, holder, a, b] = AddTwoNodesThreeTenants(source, {"h", "a", "b"});
+  ASSERT_TRUE(leaf0.valid() && leaf1.valid() && holder.valid() && a.valid() && b.valid());
+  ASSERT_LT(leaf1.value + 1, 128u);  // One-byte ids below (an id is written as value + 1).
+  ASSERT_TRUE(source.PlaceOrder(1, holder, OrderSpec{leaf0, 5'000'000'000}).ok());
+  ASSERT_TRUE(source.PlaceOrder(2, a, OrderSpec{leaf0, 987'654'321}).ok());  // Rests at leaf 0.
+  const std::string image = source.Snapshot();
+  MarketEngine restored;
+  ASSERT_TRUE(restored.Restore(image).ok());
+  // Every byte that could be leaf 0's id made leaf 1's, in turn: the edits
+  // of an order's effective scope are refused by name.
+  const std::string words = "effective scope " + std::to_string(leaf1.value) + " differs from its scope " +
+                            std::to_string(leaf0.value) + " without a locality location";
+  int refused_by_name = 0;
+  for (size_t at = 20; at + 8 < image.size(); ++at) {
+    if (image[at] != static_cast<char>(leaf0.value + 1)) continue;
+    std::string bad = image;
+    bad[at] = static_cast<char>(leaf1.value + 1);
+    MarketEngine target;
+    const std::string before = target.Snapshot();
+    Status st = target.Restore(Resealed(bad));
+    if (st.message().find(words) == std::string::npos) continue;
+    ++refused_by_name;
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+    EXPECT_EQ(target.Snapshot(), before) << "a refused image changed the engine";
+  }
+  EXPECT_GE(refused_by_name, 1);
+}
+
 // The tenants' exhaustion checks (a heap of their own, merged into the
 // schedule in the image) must be their tenants' (Tenant::exhaust_sched): an
 // entry at another time, a tenant listed twice, and a tenant whose check the

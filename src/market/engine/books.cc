@@ -87,10 +87,11 @@ void MarketEngine::Impl::AddCandidatesFrom(VertexId from, Price price) {
 
 // The best eligible node for order o (free only if `free_only`), excluding `exclude`.
 NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std::vector<NodeId>* exclude) {
-  if (!o.eff_scope.valid()) return NodeId();
+  VertexId scope = EffScope(o);
+  if (!scope.valid()) return NodeId();
   EnsureIndex();
   const TypeIndex& ix = index_[o.type.value];
-  auto [lo, hi] = topo_.Range(o.eff_scope);
+  auto [lo, hi] = topo_.Range(scope);
   auto skip = [&](uint32_t leaf) {
     NodeId n = ix.leaf_node[leaf];
     const NodeState& s = nodes_[n.value];
@@ -126,42 +127,45 @@ BookEntry* MarketEngine::Impl::FindEntry(Book& b, const Order& o) {
 void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
   LZ_CHECK(!o.in_book);
   o.book_flags = flags;
-  if (!o.eff_scope.valid()) {
+  VertexId v = EffScope(o);
+  if (!v.valid()) {
     unmatchable_.push_back(SlotOf(o));
     o.in_book = true;
     return;
   }
-  Summary before = books_.summary(o.eff_scope.value);
+  Summary before = books_.summary(v.value);
   EntryInsert(o);
   o.in_book = true;
-  AfterBookChange(o.eff_scope, before);
+  AfterBookChange(v, before);
   candidates_.emplace(-o.effective, o.seq, SlotOf(o));
 }
 
 // Raw edits of the entry of an order whose effective scope is valid; the
 // callers refresh the rates the book's summary feeds (AfterBookChange).
 void MarketEngine::Impl::EntryInsert(const Order& o) {
-  auto& b = books_.Mutable(o.eff_scope.value);
+  VertexId v = EffScope(o);
+  auto& b = books_.Mutable(v.value);
   const bool was_empty = b.empty();
   BookEntry e{o.effective, SlotOf(o), o.book_flags, o.tenant.value};
   auto less = [seq_of = EntrySeq()](const BookEntry& x, const BookEntry& y) { return BookLess(x, y, seq_of); };
   b.insert(std::upper_bound(b.begin(), b.end(), e, less), e);
   // Counted once the entry is in: an insert that fails leaves the count as it was.
-  if (was_empty && V(o.eff_scope).node.valid()) ++leaf_books_;
-  books_.Retop(o.eff_scope.value);
+  if (was_empty && V(v).node.valid()) ++leaf_books_;
+  books_.Retop(v.value);
 }
 
 void MarketEngine::Impl::BookErase(Order& o) {
   if (!o.in_book) return;
   o.in_book = false;
-  if (!o.eff_scope.valid()) {
+  VertexId v = EffScope(o);
+  if (!v.valid()) {
     auto it = std::find(unmatchable_.begin(), unmatchable_.end(), SlotOf(o));
     if (it != unmatchable_.end()) unmatchable_.erase(it);
     return;
   }
-  Summary before = books_.summary(o.eff_scope.value);
+  Summary before = books_.summary(v.value);
   EntryErase(o);
-  AfterBookChange(o.eff_scope, before);
+  AfterBookChange(v, before);
 }
 
 // Changes an order's effective price and/or seq while it sits in the book.
@@ -174,7 +178,8 @@ void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
     o.seq = seq;
     return;
   }
-  if (!o.eff_scope.valid()) {  // Waiting for a node in its locality: re-queued at the back.
+  VertexId v = EffScope(o);
+  if (!v.valid()) {  // Waiting for a node in its locality: re-queued at the back.
     uint8_t flags = o.book_flags;
     BookErase(o);
     o.effective = effective;
@@ -182,12 +187,12 @@ void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
     BookInsert(o, flags);
     return;
   }
-  Summary before = books_.summary(o.eff_scope.value);
+  Summary before = books_.summary(v.value);
   EntryErase(o);
   o.effective = effective;
   o.seq = seq;
   EntryInsert(o);
-  AfterBookChange(o.eff_scope, before);
+  AfterBookChange(v, before);
   candidates_.emplace(-o.effective, o.seq, SlotOf(o));
 }
 

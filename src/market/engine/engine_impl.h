@@ -473,6 +473,10 @@ static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 88, "the node state is mea
 struct OrderCold {
   NodeId rel_to;            // OrderSpec::rel_to.
   LocationId locality_loc;  // The anchor's location at the locality level (invalid: none).
+  // With a locality location (Order::narrowed): the order's effective scope,
+  // its scope narrowed to that location (Impl::Narrow); invalid while no node
+  // of the scope's type lies there. Without one it is the scope itself.
+  VertexId eff_scope;
   Micros next_clip = kNever;
   Micros cooldown_until = 0;
   std::vector<NodeId> claims;  // Pending: contested or reserved nodes.
@@ -481,7 +485,10 @@ struct OrderCold {
 
 // An order's hot record: the OrderSpec's fields but rel_to and the placed
 // price inline, the rest in OrderCold. Fields are ordered so that they pack
-// without padding.
+// without padding, and the small ones share two bytes as bit-fields (issue
+// 12: 48 bytes, where a byte each and the effective scope took 56; the
+// effective scope differs from the scope only for an order with a locality
+// location, and lives in OrderCold then: Impl::EffScope).
 struct Order {
   OrderId id;
   Price requested = 0;  // OrderSpec::price as placed, then as updated (Impl::placed_).
@@ -489,21 +496,21 @@ struct Order {
   uint64_t seq = 0;
   TenantId tenant;
   VertexId scope;          // OrderSpec::scope.
-  VertexId eff_scope;      // Invalid: no node satisfies the order (yet).
   uint32_t count = 1;      // OrderSpec::count.
   TypeId type;
-  OrderState state = OrderState::kResting;
-  Locality locality = Locality::kAny;  // OrderSpec::locality.
-  uint8_t book_flags = 0;
-  bool in_book = false;     // Has a BookEntry at eff_scope.
-  bool alive = true;
-  bool has_cold = false;    // Has an entry in Impl::order_cold_.
+  OrderState state : 2 = OrderState::kResting;  // Four states.
+  Locality locality : 3 = Locality::kAny;       // OrderSpec::locality (five values).
+  uint8_t book_flags : 2 = 0;                   // BookFlag bits.
+  bool in_book : 1 = false;   // Has a BookEntry at its effective scope.
+  bool alive : 1 = true;
+  bool has_cold : 1 = false;  // Has an entry in Impl::order_cold_.
+  bool narrowed : 1 = false;  // Has a locality location: its effective scope is OrderCold::eff_scope.
   bool is_gang() const { return count > 1; }
   // All or nothing: the count once filled, 0 before.
   uint32_t filled() const { return state == OrderState::kFilled ? count : 0; }
   uint32_t remaining() const { return count - filled(); }
 };
-static_assert(sizeof(Order) <= 56, "the order record is meant to stay compact (issue 12)");
+static_assert(sizeof(Order) <= 48, "the order record is meant to stay compact (issue 12)");
 
 // An open-addressing table of order slots with linear probing (issue 12),
 // keyed by a 64-bit key that a caller's function derives from each slot
@@ -785,6 +792,9 @@ class MarketEngine::Impl {
     return order_cold_[SlotOf(o)];
   }
   const std::vector<NodeId>& Claims(const Order& o) const { return Cold(o).claims; }
+  // The vertex of the nodes an order may take (its scope narrowed to its
+  // locality location); invalid: no node satisfies the order (yet).
+  VertexId EffScope(const Order& o) const { return o.narrowed ? Cold(o).eff_scope : o.scope; }
   SlotPrices placed_;     // By slot: the placed price of orders an update moved.
   // By slot: the clip step ApplyClip last set (0: none). Dense, since with
   // clipping on every Place sets one; empty while clipping never was on.
@@ -1005,10 +1015,11 @@ class MarketEngine::Impl {
   }
 
   bool IsEligibleNode(const Order& o, NodeId n) const {
-    if (!o.eff_scope.valid()) return false;
+    VertexId scope = EffScope(o);
+    if (!scope.valid()) return false;
     const NodeState& s = nodes_[n.value];
     if (!s.alive || s.holder == o.tenant) return false;
-    return topo_.VertexContains(o.eff_scope, topo_.node(n).leaf);
+    return topo_.VertexContains(scope, topo_.node(n).leaf);
   }
 
   void Emit(Event e) {
@@ -1060,10 +1071,11 @@ class MarketEngine::Impl {
   void BookInsert(Order& o, uint8_t flags);
   void EntryInsert(const Order& o);
   void EntryErase(const Order& o) {
-    auto& b = books_.Mutable(o.eff_scope.value);
+    VertexId v = EffScope(o);
+    auto& b = books_.Mutable(v.value);
     b.erase(FindEntry(b, o));
-    if (b.empty() && V(o.eff_scope).node.valid()) --leaf_books_;
-    books_.Retop(o.eff_scope.value);
+    if (b.empty() && V(v).node.valid()) --leaf_books_;
+    books_.Retop(v.value);
   }
 
   void BookErase(Order& o);

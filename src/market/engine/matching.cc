@@ -48,7 +48,7 @@ bool MarketEngine::Impl::TrySingle(uint32_t slot) {
   // price moves from n's resting demand to n's pending price in one step,
   // so c(n) does not dip in between (a dip would settle n at an unchanged
   // rate); other holdings below are refreshed once the contest is set.
-  VertexId v = o.eff_scope;
+  VertexId v = EffScope(o);
   Summary before = books_.summary(v.value);
   if (o.in_book) EntryErase(o);  // Not in its book yet when just placed.
   o.state = OrderState::kPending;

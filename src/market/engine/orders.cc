@@ -210,9 +210,12 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
     OrderCold& c = MutableCold(o);
     c.rel_to = spec.rel_to;
     c.locality_loc = locality_loc;
+    if (locality_loc.valid()) {
+      c.eff_scope = Narrow(spec.scope, locality_loc);
+      o.narrowed = true;
+    }
   }
   o.type = sv.type;
-  o.eff_scope = Narrow(spec.scope, locality_loc);
   o.requested = spec.price;
   o.seq = next_seq_++;
   o.state = OrderState::kResting;
@@ -254,7 +257,10 @@ void MarketEngine::Impl::ResolveWaitingOrders() {
     Order& o = orders_[slot];
     if (!o.alive) continue;
     o.in_book = false;
-    o.eff_scope = Narrow(o.scope, Cold(o).locality_loc);
+    if (o.narrowed) {  // Else its effective scope is its scope, as before.
+      OrderCold& c = MutableCold(o);
+      c.eff_scope = Narrow(o.scope, c.locality_loc);
+    }
     BookInsert(o, o.book_flags);
   }
 }

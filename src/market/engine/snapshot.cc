@@ -304,34 +304,64 @@ struct OrderSlotPrices {
 };
 template <typename V, typename O, typename C>
 void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
+  constexpr bool kRead = !std::is_const_v<O>;
   Price& placed = sp.placed;
+  // The small fields are bit-fields (Order): through copies, checked before
+  // they are stored.
+  Locality locality = o.locality;
+  OrderState state = o.state;
+  bool in_book = o.in_book, alive = o.alive;
+  uint8_t book_flags = o.book_flags;
+  // The effective scope: the scope, or OrderCold's with a locality location.
+  VertexId eff_scope = o.narrowed ? c.eff_scope : o.scope;
   v.F(o.id);
   v.F(o.tenant);
   v.F(o.scope);  // The OrderSpec: scope, price, count, locality, rel_to.
   v.F(placed);  // Read: checked below, once `requested` is known.
   v.F(o.count);
-  v.F(o.locality);
+  v.F(locality);
+  if constexpr (kRead) {
+    if (locality > Locality::kSameRack) v.Fail("locality " + Num(static_cast<uint8_t>(locality)) + " unknown");
+    else o.locality = locality;
+  }
   v.F(c.rel_to);
   v.F(o.type);
-  v.F(o.eff_scope);
+  v.F(eff_scope);
   v.F(c.locality_loc);
+  if constexpr (kRead) {
+    if (c.locality_loc.valid()) {
+      c.eff_scope = eff_scope;
+      o.narrowed = true;
+    } else if (eff_scope != o.scope) {
+      v.Fail("order " + Num(o.id.value) + ": effective scope " + Num(eff_scope.value) + " differs from its scope " +
+             Num(o.scope.value) + " without a locality location");
+    }
+  }
   v.F(o.requested);
   v.F(o.effective);
   v.F(sp.clip_step);
   v.F(c.next_clip);
   v.F(o.seq);
-  v.F(o.state);
+  v.F(state);
+  if constexpr (kRead) {
+    if (state > OrderState::kCancelled) v.Fail("order state " + Num(static_cast<uint8_t>(state)) + " unknown");
+    else o.state = state;
+  }
   uint32_t filled = o.filled();  // Not stored: derived from the state (all or nothing).
   v.F(filled);
-  if constexpr (!std::is_const_v<O>) {
+  if constexpr (kRead) {
     if (filled != o.filled()) v.Fail("order " + Num(o.id.value) + ": filled count " + Num(filled) + " does not match its state");
   }
   v.F(c.cooldown_until);
-  v.F(o.in_book);
-  v.F(o.book_flags);
+  v.F(in_book);
+  v.F(book_flags);
   v.F(c.claims);
-  v.F(o.alive);
-  if constexpr (!std::is_const_v<O>) {
+  v.F(alive);
+  if constexpr (kRead) {
+    o.in_book = in_book;
+    o.alive = alive;
+    if (book_flags > (kFlagGang | kFlagPending)) v.Fail("order " + Num(o.id.value) + ": book flags " + Num(book_flags) + " out of range");
+    else o.book_flags = book_flags;
     // Place's check (CheckPrice): an infinite placed price is refused too.
     if (const char* why = PriceProblem(placed)) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + ": " + why);
     if (placed == o.requested) placed = -1;
@@ -770,8 +800,6 @@ Status MarketEngine::Restore(std::string_view image) {
     OrderFields(r, o, c, sp);
     if (r.ok() && sp.placed >= 0) m.placed_.Insert(slot, sp.placed);
     if (r.ok() && sp.clip_step != 0) m.SetClipStep(slot, sp.clip_step);
-    if (o.state > OrderState::kCancelled) r.Fail("order state " + Num(static_cast<uint8_t>(o.state)) + " unknown");
-    if (o.locality > Locality::kSameRack) r.Fail("locality " + Num(static_cast<uint8_t>(o.locality)) + " unknown");
     if (c != OrderCold{}) {
       o.has_cold = true;
       m.order_cold_.emplace(slot, std::move(c));
@@ -824,7 +852,7 @@ Status MarketEngine::Restore(std::string_view image) {
       const char* why = nullptr;
       if (k > 0 && !(prev.price != e.price ? prev.price > e.price : prev.seq < e.seq)) {
         why = "out of priority order (price descending, then seq ascending)";
-      } else if (!o.in_book || !o.eff_scope.valid() || o.eff_scope.value != v) {
+      } else if (!o.in_book || !m.EffScope(o).valid() || m.EffScope(o).value != v) {
         why = "the order is not in the book at this vertex";
       } else if (e.price != o.effective || e.seq != o.seq || e.flags != o.book_flags || e.tenant != o.tenant.value) {
         why = "price, seq, flags or tenant differ from the order's";
@@ -839,8 +867,8 @@ Status MarketEngine::Restore(std::string_view image) {
   }
   for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
     const Order& o = m.orders_[slot];
-    if (o.in_book && o.eff_scope.valid() && !entered[slot]) {
-      r.Fail("order " + Num(o.id.value) + " (slot " + Num(slot) + ") is in the book at vertex " + Num(o.eff_scope.value) + " but has no entry there");
+    if (o.in_book && m.EffScope(o).valid() && !entered[slot]) {
+      r.Fail("order " + Num(o.id.value) + " (slot " + Num(slot) + ") is in the book at vertex " + Num(m.EffScope(o).value) + " but has no entry there");
     }
   }
   r.section = "anchors";

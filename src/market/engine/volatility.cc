@@ -12,7 +12,7 @@ namespace laissez::market {
 // claims with o's own price in them, so those are priced apart and merged
 // with the k cheapest others.
 Price MarketEngine::Impl::ClipReference(const Order& o) {
-  if (!o.eff_scope.valid()) return kInfPrice;
+  if (!EffScope(o).valid()) return kInfPrice;
   std::vector<NodeId> skip(Claims(o));
   std::vector<Price> prices;
   for (NodeId n : Claims(o)) prices.push_back(OwnClaimObtain(o, n));
