@@ -55,12 +55,38 @@ constexpr uint64_t kControlKeys = Bit(kMarginPpm) | Bit(kBandPpm) | Bit(kInterva
 constexpr uint64_t kAdaptiveKeys = kControlKeys | Bit(kMinFloor) | Bit(kMaxFloor);
 constexpr uint64_t kCarbonBudgetKeys = kControlKeys | Bit(kMinPrice) | Bit(kMaxPrice);
 
-int LookupKey(std::string_view key) {
-  // Short keys; comparing the length first rejects most candidates cheaply.
+int ScanForKey(std::string_view key) {
   for (int i = 0; i < kNumKeys; ++i) {
-    if (kKeyNames[i].size() == key.size() && std::memcmp(kKeyNames[i].data(), key.data(), key.size()) == 0) return i;
+    if (kKeyNames[i] == key) return i;
   }
   return -1;
+}
+
+// A hash of a key's length and first, second and last letters: distinct for
+// today's keys (issue 12: the scan above was a fifth of the parse).
+constexpr uint8_t KeyHash(std::string_view key) {
+  unsigned second = key.size() > 1 ? static_cast<unsigned char>(key[1]) : 0;
+  return static_cast<uint8_t>(key.size() * 10 + static_cast<unsigned char>(key[0]) * 26 + second * 6 +
+                              static_cast<unsigned char>(key.back()));
+}
+
+int LookupKey(std::string_view key) {
+  // Per hash: the key with it, kNoKey if none, kScan if two share it (a key
+  // added later may; the scan still finds it).
+  static constexpr int8_t kNoKey = -1, kScan = -2;
+  static const std::array<int8_t, 256> table = [] {
+    std::array<int8_t, 256> t;
+    t.fill(kNoKey);
+    for (int i = 0; i < kNumKeys; ++i) {
+      int8_t& e = t[KeyHash(kKeyNames[i])];
+      e = e == kNoKey ? static_cast<int8_t>(i) : kScan;
+    }
+    return t;
+  }();
+  if (key.empty()) return -1;
+  int i = table[KeyHash(key)];
+  if (i == kScan) return ScanForKey(key);
+  return i >= 0 && kKeyNames[i] == key ? i : -1;
 }
 
 std::string Quoted(std::string_view s) {
@@ -1182,10 +1208,11 @@ struct Decoder::Impl {
 
   // Fills `fields` from one JSON object. `data` has `capacity` readable bytes.
   Status Parse(const char* data, size_t len, size_t capacity) {
+    while (len > 0 && (data[len - 1] == '\n' || data[len - 1] == '\r')) --len;
+    if (ParseCompact(data, len)) return CheckVersionAndTime();
     fields.present = 0;
     fields.steps.clear();
     fields.series.clear();
-    while (len > 0 && (data[len - 1] == '\n' || data[len - 1] == '\r')) --len;
     simdjson::ondemand::document doc;
     if (auto err = parser.iterate(data, len, capacity).get(doc)) return InvalidArgument(JsonError(err));
     simdjson::ondemand::object obj;
@@ -1218,6 +1245,11 @@ struct Decoder::Impl {
       LZ_RETURN_IF_ERROR(ParseUnsigned(kk, tok, &slot.num));
     }
     if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) return InvalidArgument("line: unexpected text after the JSON object");
+    return CheckVersionAndTime();
+  }
+
+  // The fields every line needs, checked after either parse below.
+  Status CheckVersionAndTime() const {
     if (!(fields.present & Bit(kV))) return Bad(kV, "is required (the format version, 1)");
     const Slot& v = fields.slot[kV];
     if (v.kind != Slot::kNumber || v.num < 1 || v.num > static_cast<uint64_t>(kFormatVersion)) {
@@ -1225,6 +1257,67 @@ struct Decoder::Impl {
     }
     if (!(fields.present & Bit(kT))) return Bad(kT, "is required (engine time in microseconds)");
     return Status::Ok();
+  }
+
+  // The lines this codec writes, read without simdjson (issue 12: its
+  // per-document set-up and the field loop were most of the parse's cost): a
+  // compact object of known keys, each once, whose values are numbers of 1
+  // to 19 digits without a leading zero or strings of printable ASCII without
+  // escapes, with nothing around it. Such a line is valid JSON that the
+  // general parse below reads into the same slots (a number's text is its
+  // token, a string's its content). Anything else, including every line with
+  // an error, returns false with `fields` unspecified, and the general parse
+  // reads the line again and gives the reason.
+  bool ParseCompact(const char* p, size_t len) {
+    const char* end = p + len;
+    if (len < 2 || *p != '{' || end[-1] != '}') return false;
+    ++p;
+    uint64_t present = 0;
+    for (;;) {
+      if (*p != '"') return false;
+      const char* key = ++p;
+      while (p < end && *p != '"') {
+        if (*p == '\\' || static_cast<unsigned char>(*p) < 0x20 || static_cast<unsigned char>(*p) >= 0x80) return false;
+        ++p;
+      }
+      if (end - p < 3 || p[1] != ':') return false;
+      int k = LookupKey(std::string_view(key, static_cast<size_t>(p - key)));
+      if (k < 0 || (present & Bit(static_cast<Key>(k))) || (Bit(static_cast<Key>(k)) & kPairKeys)) return false;
+      present |= Bit(static_cast<Key>(k));
+      Slot& slot = fields.slot[k];
+      p += 2;
+      if (*p == '"') {
+        const char* text = ++p;
+        while (p < end && *p != '"') {
+          if (*p == '\\' || static_cast<unsigned char>(*p) < 0x20 || static_cast<unsigned char>(*p) >= 0x80) return false;
+          ++p;
+        }
+        if (p == end) return false;
+        slot.kind = Slot::kString;
+        slot.text = std::string_view(text, static_cast<size_t>(p - text));
+        ++p;
+      } else {
+        if (Bit(static_cast<Key>(k)) & kStringKeys) return false;
+        const char* digits = p;
+        uint64_t v = 0;
+        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
+        size_t n = static_cast<size_t>(p - digits);
+        if (n == 0 || n > 19 || (n > 1 && *digits == '0')) return false;
+        slot.kind = Slot::kNumber;
+        slot.num = v;
+        slot.text = std::string_view(digits, n);
+      }
+      if (p == end) return false;
+      if (*p == '}') {
+        if (p + 1 != end) return false;
+        break;
+      }
+      if (*p++ != ',') return false;
+    }
+    fields.present = present;
+    fields.steps.clear();
+    fields.series.clear();
+    return true;
   }
 
   Status ParseCopy(std::string_view line) {
