@@ -1027,6 +1027,15 @@ unsigned DecimalLength(uint64_t v) {
 // digits: eight digits at a time in 32-bit arithmetic cost about a third of
 // to_chars' two digits per 64-bit division (issue 12).
 char* WriteDecimal(char* p, uint64_t v) {
+  // Ids and zeros: most of the other numbers, and short.
+  if (v < 10) {
+    *p = static_cast<char>('0' + v);
+    return p + 1;
+  }
+  if (v < 100) {
+    PutPair(p, static_cast<uint32_t>(v));
+    return p + 2;
+  }
   char* end = p + DecimalLength(v);
   char* q = end;
   while (v >= 100000000) {
@@ -1082,6 +1091,24 @@ const std::array<TypeNameText, kNumEventTypes>& TypeNameTexts() {
   return table;
 }
 
+// Every key as its event-line text ,"key": for EventLine::K.
+using KeyText = FixedText<24>;
+constexpr std::array<KeyText, kNumKeys> kKeyTexts = [] {
+  std::array<KeyText, kNumKeys> t{};
+  for (int i = 0; i < kNumKeys; ++i) {
+    std::string_view name = kKeyNames[i];
+    if (name.size() + 4 > sizeof t[i].text) throw "a key too long for KeyText";  // Fails the build.
+    size_t n = 0;
+    t[i].text[n++] = ',';
+    t[i].text[n++] = '"';
+    for (char c : name) t[i].text[n++] = c;
+    t[i].text[n++] = '"';
+    t[i].text[n++] = ':';
+    t[i].size = n;
+  }
+  return t;
+}();
+
 // The fixed-size part of an event line, formatted into a stack buffer and
 // appended to the output once: an append per field (a capacity check and a
 // call each) cost more than the formatting itself on the replay path. Its
@@ -1101,13 +1128,7 @@ class EventLine {
     p_ += t.size;
   }
   void Int(int64_t v) { p_ = WriteDecimal(p_, v); }
-  void K(Key k) {
-    *p_++ = ',';
-    *p_++ = '"';
-    Lit(kKeyNames[k]);
-    *p_++ = '"';
-    *p_++ = ':';
-  }
+  void K(Key k) { Fixed(kKeyTexts[k]); }
   template <typename IdT>
   void IdIfValid(Key k, IdT id) {
     if (!id.valid()) return;
