@@ -1049,8 +1049,17 @@ char* WriteDecimal(char* p, uint64_t v) {
     PutPair(q - 8, a / 100);
     q -= 8;
   }
+  // Under 10^8 now: four digits at a time, then two (the event lines' prices
+  // have mostly 7 or 8 digits).
   uint32_t w = static_cast<uint32_t>(v);
-  while (w >= 100) {
+  if (w >= 10000) {
+    uint32_t lo = w % 10000;
+    w /= 10000;
+    PutPair(q - 2, lo % 100);
+    PutPair(q - 4, lo / 100);
+    q -= 4;
+  }
+  if (w >= 100) {
     PutPair(q - 2, w % 100);
     w /= 100;
     q -= 2;
@@ -1296,11 +1305,10 @@ struct Decoder::Impl {
     uint64_t present = 0;
     for (;;) {
       if (*p != '"') return false;
+      // A key with an escape or any byte outside a key's letters is no key of
+      // the table: LookupKey refuses it below.
       const char* key = ++p;
-      while (p < end && *p != '"') {
-        if (*p == '\\' || static_cast<unsigned char>(*p) < 0x20 || static_cast<unsigned char>(*p) >= 0x80) return false;
-        ++p;
-      }
+      while (p < end && *p != '"') ++p;
       if (end - p < 3 || p[1] != ':') return false;
       int k = LookupKey(std::string_view(key, static_cast<size_t>(p - key)));
       if (k < 0 || (present & Bit(static_cast<Key>(k))) || (Bit(static_cast<Key>(k)) & kPairKeys)) return false;
