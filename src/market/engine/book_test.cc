@@ -184,6 +184,40 @@ TEST(BookTables, PoolGrowthRetopAndSummaries) {
   ASSERT_NO_FATAL_FAILURE(check("after the erases"));
 }
 
+// MayReach against the books' tops (issue 12: a lowered limit skips its
+// candidate walk when it says no): never no while a top reaches the price, and
+// a bound left above every top (its last book emptied or fell) comes back to
+// the highest top within a sixteenth of the vertices' checks.
+TEST(BookTables, MayReachBoundsTheTopsAndTightens) {
+  constexpr uint32_t kVertices = 64;
+  BookTable t;
+  t.Resize(kVertices);
+  EXPECT_FALSE(t.MayReach(0));
+  std::mt19937_64 rng(5);
+  uint64_t seq = 0;
+  for (int step = 0; step < 5000; ++step) {
+    uint32_t v = static_cast<uint32_t>(rng() % kVertices);
+    Book& b = t.Mutable(v);
+    if (!b.empty() && rng() % 2 == 0) {
+      b.erase(b.begin());
+    } else {
+      BookEntry e = Entry(++seq);
+      e.price = static_cast<Price>(rng() % 40);
+      b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+    }
+    t.Retop(v);
+    Price high = -1;
+    for (uint32_t u = 0; u < kVertices; ++u) high = std::max(high, t.top(u));
+    ASSERT_GE(t.top_bound(), high) << "step " << step;
+    if (high >= 0) {
+      ASSERT_TRUE(t.MayReach(high)) << "step " << step;
+    }
+    ASSERT_FALSE(t.MayReach(t.top_bound() + 1)) << "step " << step;
+    for (uint32_t i = 0; i <= kVertices / 16; ++i) t.MayReach(0);
+    ASSERT_EQ(t.top_bound(), high) << "step " << step;
+  }
+}
+
 // The open-addressing table of order slots (issue 12: OrderIndex, SlotPrices)
 // against a std::map: random inserts, erases and finds, keys derived from
 // slots as the engine's are (an id per slot, or the slot itself), through

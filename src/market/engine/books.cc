@@ -75,7 +75,7 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
 
 // Orders at v and its ancestors whose price reaches `price` may now cross.
 void MarketEngine::Impl::AddCandidatesFrom(VertexId from, Price price) {
-  if (price == kInfPrice) return;
+  if (price == kInfPrice || !books_.MayReach(price)) return;
   for (VertexId v = from; v.valid(); v = V(v).parent) {
     if (books_.top(v.value) < price) continue;
     for (const BookEntry& e : books_[v.value]) {

@@ -377,9 +377,35 @@ class BookTable {
   }
   void Retop(uint32_t v) {
     Book& b = pool_[index_[v]];
-    top_[v] = b.empty() ? -1 : b.front().price;
+    const Price old = top_[v], now = b.empty() ? -1 : b.front().price;
+    top_[v] = now;
+    if (now > bound_) {
+      bound_ = now;
+      at_bound_ = 1;
+      stale_checks_ = 0;
+    } else if (old != now) {
+      if (now == bound_) ++at_bound_;
+      if (old == bound_) --at_bound_;
+    }
     b.set_summary(Summarize(b));
   }
+  // Whether some book may hold an entry at `price` or above (issue 12: a
+  // lowered limit's candidate walk reads a top and a vertex record per
+  // ancestor, two lines at the rack, though the resting demand nearly always
+  // sits below every holder). False is exact: no top reaches `price`. The
+  // bound is the highest top any Retop gave, and stays above the tops when
+  // its last book falls below it; such a stale bound is brought back to the
+  // highest top by a scan of the tops once the checks it let through number a
+  // sixteenth of the vertices, so the scan costs a walk at most 16 tops.
+  bool MayReach(Price price) {
+    if (price > bound_) return false;
+    if (at_bound_ == 0 && bound_ >= 0 && ++stale_checks_ > top_.size() / 16) {
+      Tighten();
+      return price <= bound_;
+    }
+    return true;
+  }
+  Price top_bound() const { return bound_; }
   static BookSummary Summarize(const Book& b) {
     BookSummary s;
     for (const BookEntry& e : b) {
@@ -413,10 +439,29 @@ class BookTable {
   }
 
  private:
+  // The bound back to the highest top (-1: no entries) and its count.
+  void Tighten() {
+    bound_ = -1;
+    at_bound_ = 0;
+    stale_checks_ = 0;
+    for (Price p : top_) {
+      if (p > bound_) {
+        bound_ = p;
+        at_bound_ = 1;
+      } else if (p == bound_ && p >= 0) {
+        ++at_bound_;
+      }
+    }
+  }
   static constexpr uint32_t kNone = UINT32_MAX;
   static inline const Book kEmpty{};
   std::vector<uint32_t> index_;
   std::vector<Price> top_;
+  // MayReach's bound: at least every top; while at_bound_ > 0, equal to the
+  // highest (at_bound_ books have it). -1 before any entry.
+  Price bound_ = -1;
+  uint32_t at_bound_ = 0;
+  size_t stale_checks_ = 0;  // MayReach calls let through since the bound went stale.
   std::vector<Book> pool_;
   uint64_t generation_ = 0;
   uint32_t recent_[kRecent] = {};
