@@ -203,7 +203,7 @@ TEST(BookTables, MayReachBoundsTheTopsAndTightens) {
     } else {
       BookEntry e = Entry(++seq);
       e.price = static_cast<Price>(rng() % 40);
-      b.insert(std::upper_bound(b.begin(), b.end(), e, BookLess), e);
+      b.insert(std::upper_bound(b.begin(), b.end(), e, Less), e);
     }
     t.Retop(v);
     Price high = -1;

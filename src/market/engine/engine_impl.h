@@ -391,8 +391,10 @@ class BookTable {
   }
   // Whether some book may hold an entry at `price` or above (issue 12: a
   // lowered limit's candidate walk reads a top and a vertex record per
-  // ancestor, two lines at the rack, though the resting demand nearly always
-  // sits below every holder). False is exact: no top reaches `price`. The
+  // ancestor, two lines at the rack, and finds nothing whenever all resting
+  // demand sits below the new limit, as in `bench engine`'s retention set-up;
+  // one order above it anywhere makes every check true, and the walk runs as
+  // before). False is exact: no top reaches `price`. The
   // bound is the highest top any Retop gave, and stays above the tops when
   // its last book falls below it; such a stale bound is brought back to the
   // highest top by a scan of the tops once the checks it let through number a
