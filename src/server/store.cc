@@ -258,6 +258,7 @@ class SqliteStore final : public Store {
     }
     if (!ckpt_busy_) {
       ckpt_busy_ = true;
+      ++checkpoints_.asked;
       if (!ckpt_thread_.joinable()) ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
       ckpt_cv_.notify_all();
     }

@@ -105,8 +105,9 @@ class Store {
   // how many on the committing thread (tests; a store without checkpoints
   // counts none).
   struct CheckpointCounts {
-    uint64_t on_thread = 0;
-    uint64_t on_commit = 0;
+    uint64_t asked = 0;      // Copies asked of the checkpoint thread.
+    uint64_t on_thread = 0;  // Copies it finished.
+    uint64_t on_commit = 0;  // Copies on the committing thread.
   };
   virtual CheckpointCounts Checkpoints() const { return {}; }
 
