@@ -1,7 +1,9 @@
 #include "server/market_core.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/fnv.h"
 #include "market/validate.h"
@@ -140,6 +142,104 @@ void Subscription::Push(const WireEvent& e) {
 }
 
 // ---------------------------------------------------------------------------
+// LAISSEZ_COMMIT_TRACE=FILE: stamps each command's way through the core
+// (queued, the writer's batch begins, handed off, its COMMIT begins and ends,
+// its completion returned) and, when the core stops, writes per-phase figures
+// to FILE (docs/PERFORMANCE.md, "Issue 12: the commit's wait"). Unset, each
+// stamp costs one test of a null pointer.
+
+class MarketCore::Trace {
+ public:
+  explicit Trace(std::string path) : path_(std::move(path)) {}
+
+  struct Cmd {
+    TimePoint queued, started, handed, commit_start, commit_end, done;
+  };
+  struct Commit {
+    size_t records = 0, commands = 0;
+    double after_commit_us = 0;
+  };
+
+  void Add(const Cmd& c) {
+    std::lock_guard lock(mu_);
+    if (cmds_.size() < kMaxSamples) cmds_.push_back(c);
+  }
+  void AddCommit(const Commit& c) {
+    std::lock_guard lock(mu_);
+    if (commits_.size() < kMaxSamples) commits_.push_back(c);
+  }
+
+  void Write() const {
+    std::lock_guard lock(mu_);
+    FILE* f = std::fopen(path_.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "laissez serve: LAISSEZ_COMMIT_TRACE: cannot write %s\n", path_.c_str());
+      return;
+    }
+    auto ms = [](TimePoint a, TimePoint b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    struct Phase {
+      const char* name;
+      TimePoint Cmd::*from;
+      TimePoint Cmd::*to;
+    };
+    const Phase phases[] = {
+        {"queued -> the writer begins its batch", &Cmd::queued, &Cmd::started},
+        {"the writer applies the batch, hands it off", &Cmd::started, &Cmd::handed},
+        {"handed off -> its COMMIT begins (the commit before it)", &Cmd::handed, &Cmd::commit_start},
+        {"COMMIT (WAL writes, fsync)", &Cmd::commit_start, &Cmd::commit_end},
+        {"COMMIT ends -> its completion returned (completions in turn)", &Cmd::commit_end, &Cmd::done},
+        {"total, queued -> completion returned", &Cmd::queued, &Cmd::done},
+    };
+    size_t n = cmds_.size();
+    std::fprintf(f, "commands %zu, commits %zu\n", n, commits_.size());
+    if (n == 0) {
+      std::fclose(f);
+      return;
+    }
+    // The slowest 1% by total time.
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return ms(cmds_[a].queued, cmds_[a].done) < ms(cmds_[b].queued, cmds_[b].done);
+    });
+    size_t slow_from = n - std::max<size_t>(1, n / 100);
+    double total_mean = 0;
+    for (const Cmd& c : cmds_) total_mean += ms(c.queued, c.done) / static_cast<double>(n);
+    std::fprintf(f, "phase | mean | p50 | p90 | p99 | p999 | mean in the slowest 1%% | share of the mean\n");
+    for (const Phase& ph : phases) {
+      std::vector<double> v(n);
+      double mean = 0, slow = 0;
+      for (size_t i = 0; i < n; ++i) {
+        v[i] = ms(cmds_[i].*ph.from, cmds_[i].*ph.to);
+        mean += v[i] / static_cast<double>(n);
+      }
+      for (size_t i = slow_from; i < n; ++i) slow += v[order[i]] / static_cast<double>(n - slow_from);
+      std::sort(v.begin(), v.end());
+      auto q = [&](double p) { return v[std::min(n - 1, static_cast<size_t>(p * static_cast<double>(n)))]; };
+      std::fprintf(f, "%s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f%%\n", ph.name, mean, q(0.5), q(0.9), q(0.99),
+                   q(0.999), slow, 100.0 * mean / total_mean);
+    }
+    double records = 0, after = 0, after_max = 0;
+    for (const Commit& c : commits_) {
+      records += static_cast<double>(c.records);
+      after += c.after_commit_us;
+      after_max = std::max(after_max, c.after_commit_us);
+    }
+    size_t k = std::max<size_t>(1, commits_.size());
+    std::fprintf(f, "records a commit %.1f, AfterCommit mean %.1f us, max %.1f us\n", records / static_cast<double>(k),
+                 after / static_cast<double>(k), after_max);
+    std::fclose(f);
+  }
+
+ private:
+  static constexpr size_t kMaxSamples = 4'000'000;
+  const std::string path_;
+  mutable std::mutex mu_;
+  std::vector<Cmd> cmds_;
+  std::vector<Commit> commits_;
+};
+
+// ---------------------------------------------------------------------------
 // The engine's event sink: renders events for watchers while the engine is
 // consistent (names need the engine's lookups).
 
@@ -171,6 +271,7 @@ MarketCore::MarketCore(Store* store, TokenTable* tokens, Metrics* metrics, CoreO
   engine_ = std::make_unique<market::MarketEngine>(market::MarketParams{}, eo);
   sink_ = std::make_unique<Sink>(this);
   engine_->set_sink(sink_.get());
+  if (const char* path = std::getenv("LAISSEZ_COMMIT_TRACE"); path && *path) trace_ = std::make_unique<Trace>(path);
 }
 
 MarketCore::~MarketCore() { Stop(); }
@@ -308,6 +409,7 @@ void MarketCore::Stop() {
   }
   if (writer_.joinable()) writer_.join();
   if (committer_.joinable()) committer_.join();
+  if (trace_) trace_->Write();
   // A watcher learns that this server went away (UNAVAILABLE), so it can
   // resume on another replica or after a restart.
   std::lock_guard lock(subs_mu_);
@@ -320,6 +422,7 @@ void MarketCore::Submit(std::string actor, Work work, Done done) {
     std::lock_guard lock(queue_mu_);
     if (started_ && !stopping_ && !failed_.load()) {
       queue_.push_back(Command{std::move(actor), std::move(work), std::move(done)});
+      if (trace_) queue_.back().queued = std::chrono::steady_clock::now();
       metrics_->queue_length.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
       queue_cv_.notify_one();
       return;
@@ -736,6 +839,7 @@ void MarketCore::Render(std::span<const market::Event> events) {
 
 void MarketCore::RunBatch(std::vector<Command>& cmds) {
   pending_ = std::make_unique<Pending>();
+  if (trace_) pending_->started = std::chrono::steady_clock::now();
   // Time advances at most once per batch, when its first mutation applies (if
   // the clock moved enough or something is due); later commands apply at that
   // time. A batch of reads journals nothing, unless something fell due
@@ -747,6 +851,7 @@ void MarketCore::RunBatch(std::vector<Command>& cmds) {
     WriterContext ctx(this, &c.actor);
     c.work(ctx);
     pending_->dones.push_back(std::move(c.done));
+    if (trace_) pending_->queued.push_back(c.queued);
   }
   metrics_->resting_orders.store(static_cast<int64_t>(engine_->resting_order_count()), std::memory_order_relaxed);
   metrics_->live_nodes.store(static_cast<int64_t>(engine_->topology().live_node_count()), std::memory_order_relaxed);
@@ -754,6 +859,7 @@ void MarketCore::RunBatch(std::vector<Command>& cmds) {
   metrics_->engine_time_us.store(engine_->now(), std::memory_order_relaxed);
   metrics_->journal_seq.store(static_cast<int64_t>(next_seq_ - 1), std::memory_order_relaxed);
   pending_->last_seq = next_seq_ - 1;
+  if (trace_) pending_->handed = std::chrono::steady_clock::now();
 
   HandOff(std::move(pending_), /*wait_for_room=*/true);
 }
@@ -877,10 +983,13 @@ void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
     for (auto& t : p->batch.tokens) merged.tokens.push_back(std::move(t));
   }
   Status st = failed_.load() ? Unavailable(FailedMessage()) : Status::Ok();
+  Trace::Cmd stamp;  // While tracing: the commit's, shared by its commands.
+  stamp.commit_start = stamp.commit_end = std::chrono::steady_clock::now();
   if (st.ok() && !merged.empty()) {
-    auto t0 = std::chrono::steady_clock::now();
+    auto t0 = stamp.commit_start;
     Status c = store_->Commit(merged);
-    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    stamp.commit_end = std::chrono::steady_clock::now();
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(stamp.commit_end - t0).count();
     metrics_->commits.fetch_add(1, std::memory_order_relaxed);
     metrics_->committed_records.fetch_add(records, std::memory_order_relaxed);
     metrics_->commit_us_sum.fetch_add(us, std::memory_order_relaxed);
@@ -894,8 +1003,19 @@ void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
     uncommitted_records_ -= records;
     commit_space_.notify_all();
   }
+  size_t commands = 0;
   for (auto& p : work) {
-    for (auto& d : p->dones) d(st);
+    for (size_t i = 0; i < p->dones.size(); ++i) {
+      p->dones[i](st);
+      if (trace_ && i < p->queued.size()) {
+        stamp.queued = p->queued[i];
+        stamp.started = p->started;
+        stamp.handed = p->handed;
+        stamp.done = std::chrono::steady_clock::now();
+        trace_->Add(stamp);
+      }
+    }
+    commands += p->dones.size();
   }
   if (st.ok()) {
     // Ring and subscriptions under one lock, so a subscription that resumes
@@ -915,8 +1035,13 @@ void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
   if (st.ok()) {
     // The acks have left: the store's housekeeping (a WAL checkpoint, most
     // of it on a thread of its own) delays at most what comes next.
+    auto t0 = std::chrono::steady_clock::now();
     if (Status c = store_->AfterCommit(); !c.ok()) {
       std::fprintf(stderr, "laissez serve: %s (the commit itself is durable)\n", c.ToString().c_str());
+    }
+    if (trace_) {
+      trace_->AddCommit({records, commands,
+                         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count()});
     }
   }
 }

@@ -266,18 +266,25 @@ class MarketCore {
 
  private:
   friend class WriterContext;
+  using TimePoint = std::chrono::steady_clock::time_point;
   struct Command {
     std::string actor;
     Work work;
     Done done;
+    TimePoint queued{};  // Set only while tracing (Trace).
   };
   struct Pending {
     Batch batch;
     std::vector<Done> dones;
     std::vector<WireEvent> events;
     uint64_t last_seq = 0;  // The last journal seq applied when the batch ended.
+    // While tracing: when each command was queued, when the writer began the
+    // batch and when it handed the batch off.
+    std::vector<TimePoint> queued;
+    TimePoint started{}, handed{};
   };
   class Sink;
+  class Trace;
 
   // ExecAsync and Execute for a result type R (Status or Result<T>).
   template <typename R>
@@ -386,6 +393,10 @@ class MarketCore {
   std::deque<WireEvent> ring_;
   EventPos ring_floor_;
   EventPos delivered_;
+
+  // LAISSEZ_COMMIT_TRACE (market_core.cc): the phases of each command's path
+  // through the core; null unless that variable names a file.
+  std::unique_ptr<Trace> trace_;
 
   std::thread writer_, committer_;
 };
