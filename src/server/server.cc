@@ -268,30 +268,31 @@ class Server::Services {
   // Runs `work` on the writer thread and calls `done` with its result once
   // durable (MarketCore::ExecAsync), from the committing thread. The token is
   // checked again on the writer: a call authenticated before a revocation but
-  // queued after it is refused.
+  // queued after it is refused. A stream shares one principal (and its actor
+  // name) among its messages instead of copying it into each.
   template <typename T>
-  void ExecAsync(Principal p, std::function<Result<T>(WriterContext&)> work, std::function<void(Result<T>)> done) {
-    std::string actor = p.Actor();
+  void ExecAsync(std::shared_ptr<const Principal> p, std::string actor, std::function<Result<T>(WriterContext&)> work,
+                 std::function<void(Result<T>)> done) {
     s_->core_->ExecAsync<T>(std::move(actor), Rechecked<Result<T>>(std::move(p), std::move(work)), std::move(done));
   }
   // The same for work that yields only a Status.
-  void ExecAsync(Principal p, std::function<Status(WriterContext&)> work, std::function<void(Status)> done) {
-    std::string actor = p.Actor();
+  void ExecAsync(std::shared_ptr<const Principal> p, std::string actor, std::function<Status(WriterContext&)> work,
+                 std::function<void(Status)> done) {
     s_->core_->ExecAsync(std::move(actor), Rechecked<Status>(std::move(p), std::move(work)), std::move(done));
   }
   // ExecAsync, waiting for the result.
   template <typename T>
   Result<T> Exec(const Principal& p, std::function<Result<T>(WriterContext&)> work) {
-    return s_->core_->Execute<T>(p.Actor(), Rechecked<Result<T>>(p, std::move(work)));
+    return s_->core_->Execute<T>(p.Actor(), Rechecked<Result<T>>(std::make_shared<const Principal>(p), std::move(work)));
   }
   Status ExecStatus(const Principal& p, std::function<Status(WriterContext&)> work) {
-    return s_->core_->Execute(p.Actor(), Rechecked<Status>(p, std::move(work)));
+    return s_->core_->Execute(p.Actor(), Rechecked<Status>(std::make_shared<const Principal>(p), std::move(work)));
   }
   // `work` after the token's re-check; R is Status or Result<T>.
   template <typename R>
-  std::function<R(WriterContext&)> Rechecked(Principal p, std::function<R(WriterContext&)> work) {
+  std::function<R(WriterContext&)> Rechecked(std::shared_ptr<const Principal> p, std::function<R(WriterContext&)> work) {
     return [this, p = std::move(p), work = std::move(work)](WriterContext& w) -> R {
-      LZ_RETURN_IF_ERROR(s_->tokens_.Recheck(p));
+      LZ_RETURN_IF_ERROR(s_->tokens_.Recheck(*p));
       return work(w);
     };
   }
@@ -443,8 +444,9 @@ class Server::Services {
       }
       r->set_tag(q->tag());
       const TenantId tenant = admitted->tenant;
+      std::string actor = admitted->Actor();
       s_->ExecAsync(
-          std::move(*admitted),
+          std::make_shared<const Principal>(std::move(*admitted)), std::move(actor),
           [tenant, order = q->order(), price = q->price()](WriterContext& w) -> Status {
             return Update(w, tenant, order, price);
           },
@@ -519,7 +521,8 @@ class Server::Services {
           Finish(ToGrpc(st));
           return;
         }
-        p_ = *principal;
+        actor_ = principal->Actor();
+        p_ = std::make_shared<const Principal>(std::move(*principal));
         open_ = true;
         t->Register(this);
         StartRead(&in_);
@@ -532,7 +535,7 @@ class Server::Services {
           FinishIfDone(lock);
           return;
         }
-        Message m{std::make_shared<std::vector<StreamItem>>(t_->StreamItems(p_, in_)), in_.updates_size() > 0,
+        Message m{std::make_shared<std::vector<StreamItem>>(t_->StreamItems(*p_, in_)), in_.updates_size() > 0,
                   in_.tag()};
         {
           std::lock_guard lock(mu_);
@@ -583,7 +586,7 @@ class Server::Services {
       void OnDone() override {
         if (open_) {
           t_->Unregister(this);
-          t_->s_->ReleaseStream(p_);
+          t_->s_->ReleaseStream(*p_);
           auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
           t_->s_->Stats("StreamUpdates")->Observe(0, us);
         }
@@ -594,7 +597,7 @@ class Server::Services {
       // before OnDone): a revoked token ends an idle stream too (the client
       // sees CANCELLED); each message is re-checked on the writer thread anyway.
       void CancelIfRevoked() {
-        if (cancelled_ || t_->s_->s_->tokens_.Recheck(p_).ok()) return;
+        if (cancelled_ || t_->s_->s_->tokens_.Recheck(*p_).ok()) return;
         cancelled_ = true;
         c_->TryCancel();
       }
@@ -640,9 +643,9 @@ class Server::Services {
       // re-check's, or the commit's failure, or OK.
       void Submit(Message m) {
         auto start = std::chrono::steady_clock::now();
-        const TenantId tenant = p_.tenant;
+        const TenantId tenant = p_->tenant;
         t_->s_->ExecAsync(
-            p_,
+            p_, actor_,
             [tenant, items = m.items](WriterContext& w) -> Status {
               for (StreamItem& it : *items) {
                 if (it.status.ok()) it.status = Update(w, tenant, it.order, it.price);
@@ -696,7 +699,9 @@ class Server::Services {
       grpc::CallbackServerContext* const c_;
       const std::chrono::steady_clock::time_point t0_;
       MethodStats* const stats_;
-      Principal p_;
+      // Shared by the stream's messages (Services::ExecAsync); set once authenticated.
+      std::shared_ptr<const Principal> p_;
+      std::string actor_;
       bool open_ = false;       // Authenticated and counted (AcquireStream).
       bool cancelled_ = false;  // By the revocation sweep (its lock).
       pb::UpdateOrderRequest in_;
