@@ -161,6 +161,36 @@ TEST(MarketCoreCommits, ExecuteHandsBackTheWorksResult) {
   EXPECT_EQ(stopped.code(), laissez::StatusCode::kUnavailable);
 }
 
+// LAISSEZ_COMMIT_TRACE=FILE: the core stamps each command and writes the
+// per-phase table to FILE when it stops (docs/SERVER.md, "Tracing the ack's path").
+TEST(MarketCoreTrace, WritesEachPhaseWhenTheCoreStops) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("laissez-commit-trace-" + std::to_string(getpid()))).string();
+  std::filesystem::remove(path);
+  auto store = NewMemoryStore();
+  TokenTable tokens;
+  Metrics metrics;
+  setenv("LAISSEZ_COMMIT_TRACE", path.c_str(), 1);
+  MarketCore core(store.get(), &tokens, &metrics);
+  unsetenv("LAISSEZ_COMMIT_TRACE");
+  ASSERT_TRUE(core.Start().ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(core.Execute("server", [](WriterContext&) -> Status { return Status::Ok(); }).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path)) << "written before the core stopped";
+  core.Stop();
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "no trace at " << path;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  EXPECT_EQ(text.rfind("commands 3,", 0), 0u) << text;
+  for (const char* phase : {"queued -> the writer begins its batch |", "COMMIT (WAL writes, fsync) |",
+                            "COMMIT ends -> its completion returned (completions in turn) |",
+                            "total, queued -> completion returned |"}) {
+    EXPECT_NE(text.find(phase), std::string::npos) << "no line for " << phase << " in:\n" << text;
+  }
+}
+
 TEST_F(ServerFixture, FreshServerCreatesAnAdminToken) {
   EXPECT_TRUE(server_->fresh());
   EXPECT_EQ(admin_.substr(0, 3), "lz_");
