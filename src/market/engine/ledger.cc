@@ -275,11 +275,11 @@ bool MarketEngine::Impl::ReviewExhaustion(uint32_t tid) {
     e.type = EventType::kExhausted;
     e.tenant = TenantId(tid);
     Emit(e);
-    // By id, not slot: the cancellations edit the list.
-    std::vector<uint64_t> ids;
-    ids.reserve(t.orders.size());
-    for (uint32_t s : t.orders) ids.push_back(orders_[s].id.value);
-    for (uint64_t id : ids) CancelOrderInternal(FindSlot(id), CancelReason::kExhausted);
+    // A copy of the slots, in the list's (id) order: the cancellations edit
+    // the list. A slot stays the order's until its own cancellation releases
+    // it (no order is placed meanwhile), so no lookup by id is needed.
+    std::vector<uint32_t> slots(t.orders);
+    for (uint32_t s : slots) CancelOrderInternal(s, CancelReason::kExhausted);
   }
   for (NodeId n : t.nodes) MarkDirty(n);
   return true;
