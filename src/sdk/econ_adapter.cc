@@ -116,8 +116,12 @@ Result<RequestId> EconAdapter::Add(Request request) {
     if (o.node_type.empty()) return InvalidArgument("options.node_type: must not be empty");
     auto scope = ScopeOf(o);
     if (!scope.ok()) return scope.status();
-    rs.priced.push_back(PricedOption{*scope, o.locality, o.rel_to, o});
+    rs.priced.push_back(PricedOption{*scope, o.locality, o.rel_to, {}});
   }
+  // Valid: the options move into the round's buffer, the request keeps none
+  // (one copy of each spec, not two: review finding, issue 12).
+  for (size_t i = 0; i < rs.priced.size(); ++i) rs.priced[i].spec = std::move(request.options[i]);
+  request.options.clear();
   // Allocated now, beside the options: a round reads both (issue 12). A
   // large request grows its list as nodes arrive instead.
   rs.nodes.reserve(std::min<uint32_t>(request.count, 64));

@@ -201,16 +201,17 @@ class EconAdapter {
   };
   // One option of a request as the re-pricing round uses it: its scope, its
   // declared anchoring and the spec handed to Price(), side by side so a
-  // round reads one buffer per request, not three (issue 12).
+  // round reads one buffer per request, not three (issue 12). The option is
+  // kept here only: Add moves it out of the request.
   struct PricedOption {
     VertexId scope;
-    market::Locality locality = market::Locality::kAny;  // As declared in request.options.
-    NodeId rel_to;                                       // As declared in request.options.
-    NodeSpec spec;                                       // Handed to Price(); its anchoring is re-set per call.
+    market::Locality locality = market::Locality::kAny;  // As declared.
+    NodeId rel_to;                                       // As declared.
+    NodeSpec spec;  // The option as declared, but its anchoring is re-set for each Price() call.
   };
   struct RequestState {
-    Request request;
-    std::vector<PricedOption> priced;  // Parallel to request.options.
+    Request request;                   // As added, but its options are in `priced` (request.options is empty).
+    std::vector<PricedOption> priced;  // The options, in the request's order.
     std::vector<HeldNode> nodes;   // In acquisition order.
     int option = -1;               // Index of the option held or bid on; -1: none.
     std::vector<OpenOrder> orders; // Open orders for the missing nodes (one gang, or singles).
