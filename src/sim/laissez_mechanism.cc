@@ -46,6 +46,8 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     std::vector<uint32_t> noticed;   // Nodes under notice.
     std::vector<uint32_t> yielding;  // Nodes we are relinquishing after a notice.
     bool finishing = false;
+    bool active = false;
+    Micros partial_since = -1;
   };
 
   // ---- market::EventSink ----
@@ -149,7 +151,6 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
       type_root_.push_back(v.ok() ? *v : VertexId());
     }
     tenants_.resize(world_.jobs.size());
-    active_flag_.assign(world_.jobs.size(), 0);
     quotes_.Clear();
     Drain();
     return Status::Ok();
@@ -265,18 +266,18 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     auto req = t.adapter->Add(MakeRequest(job, count));
     if (!req.ok()) return;
     t.request = *req;
-    active_flag_[job] = 1;
-    active_.push_back(Active{t.adapter.get(), job, j.kind == JobKind::kInference ? 0 : j.nodes, -1});
+    t.active = true;
+    active_.push_back(job);
     // The add marks the adapter dirty; it prices at the next market tick.
   }
 
   void OnFinished(uint32_t job) override {
     Tenant& t = tenants_[job];
-    if (!active_flag_[job]) return;
+    if (!t.active) return;
     t.finishing = true;
     (void)t.adapter->Remove(t.request);
     Drain();
-    active_flag_[job] = 0;
+    t.active = false;
     // A finished tenant's adapter has no request left: later events find no
     // owner in it, so it is dropped (with its client, strategy and listener)
     // after its count of Price() calls is kept. The week's finished tenants
@@ -292,7 +293,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
 
   void OnYield(uint32_t job) override {
     Tenant& t = tenants_[job];
-    if (!active_flag_[job]) return;
+    if (!t.active) return;
     std::vector<uint32_t> noticed = t.noticed;
     for (uint32_t n : noticed) {
       if (holder(n) != static_cast<int32_t>(job)) continue;
@@ -304,7 +305,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
 
   void OnAutoscale(uint32_t job, double target) override {
     Tenant& t = tenants_[job];
-    if (!active_flag_[job]) return;
+    if (!t.active) return;
     const Job& j = world_.jobs[job];
     const auto* rs = t.adapter->request(t.request);
     if (!rs) return;
@@ -337,44 +338,40 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
     // inputs changed: a watched quote, its own events, or its strategy's timer
     // (EconAdapter::NeedsReprice). Skipping the others makes no engine call
     // that a re-price would have made.
-    // The walk reads the flat list of active tenants (each entry carries the
-    // adapter, the gang size and the partial-gang clock) and one byte per job,
-    // not the tenants' scattered entries (issue 12); the same tenants, in the
-    // same order, with the same calls.
-    still_.clear();
+    std::vector<uint32_t> still;
     const size_t n_active = active_.size();
     for (size_t i = 0; i < n_active; ++i) {
       PrefetchAhead(i);
-      const Active a = active_[i];
-      if (!active_flag_[a.job]) continue;
-      still_.push_back(a);
-      Active& kept = still_.back();
+      const uint32_t job = active_[i];
+      Tenant& t = tenants_[job];
+      if (!t.active) continue;
+      still.push_back(job);
       // A gang stuck with part of its nodes gives them back and starts over.
-      if (a.gang_nodes > 0) {
-        size_t held = runs_[a.job].nodes.size();
-        if (held > 0 && held < a.gang_nodes) {
-          if (kept.partial_since < 0) kept.partial_since = now();
-          if (now() - kept.partial_since >= kPartialGangPatience) {
-            kept.partial_since = -1;
-            Tenant& t = tenants_[a.job];
+      const Job& j = world_.jobs[job];
+      if (j.kind != JobKind::kInference) {
+        size_t held = runs_[job].nodes.size();
+        if (held > 0 && held < j.nodes) {
+          if (t.partial_since < 0) t.partial_since = now();
+          if (now() - t.partial_since >= kPartialGangPatience) {
+            t.partial_since = -1;
             t.finishing = true;
             (void)t.adapter->Remove(t.request);
             Drain();
             t.finishing = false;
             t.noticed.clear();
-            auto req = t.adapter->Add(MakeRequest(a.job, a.gang_nodes));
+            auto req = t.adapter->Add(MakeRequest(job, j.nodes));
             if (req.ok()) t.request = *req;
           }
         } else {
-          kept.partial_since = -1;
+          t.partial_since = -1;
         }
       }
-      if (options_.reprice_every_tick) a.adapter->MarkDirty();
-      if (!a.adapter->NeedsReprice(now())) continue;
-      (void)a.adapter->Reprice();
+      if (options_.reprice_every_tick) t.adapter->MarkDirty();
+      if (!t.adapter->NeedsReprice(now())) continue;
+      (void)t.adapter->Reprice();
       Drain();
     }
-    active_.swap(still_);
+    active_.swap(still);
     if (options_.sample_power) {
       std::vector<Price> prices;
       for (VertexId v : type_root_) {
@@ -409,22 +406,21 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   // strategy, then the request's buffers and the strategy chain four hops
   // deep (levels 2-5: the objects at depth 1-4, or the table of a base met
   // sooner; the simulator's longest chain, four decorators over a
-  // ThroughputValue, has its base fetched but not the base's table). One
-  // tenant further ahead: its byte of active_flag_ and, for a gang, its run.
+  // ThroughputValue, has its base fetched but not the base's table).
   static constexpr int kPrefetchLevels = 6;
   void PrefetchAhead(size_t i) const {
     const size_t n = active_.size();
     if (i + kPrefetchLevels + 1 < n) {
-      const Active& a = active_[i + kPrefetchLevels + 1];
-      __builtin_prefetch(&active_flag_[a.job]);
-      if (a.gang_nodes > 0) __builtin_prefetch(&runs_[a.job]);
+      const uint32_t job = active_[i + kPrefetchLevels + 1];
+      __builtin_prefetch(&tenants_[job]);
+      __builtin_prefetch(&world_.jobs[job]);
+      __builtin_prefetch(&runs_[job]);
     }
     for (int level = 0; level < kPrefetchLevels; ++level) {
       const size_t ahead = i + kPrefetchLevels - static_cast<size_t>(level);
       if (ahead >= n) continue;
-      // A finished tenant's adapter is gone: its entry waits for the walk.
-      const Active& a = active_[ahead];
-      if (active_flag_[a.job]) a.adapter->Prefetch(level);
+      const Tenant& t = tenants_[active_[ahead]];
+      if (t.adapter) t.adapter->Prefetch(level);
     }
   }
 
@@ -453,16 +449,7 @@ class LaissezSim final : public OnlineSim, public market::EventSink {
   sdk::QuoteCache quotes_;  // Shared by the tenants' clients; cleared by every engine change.
   std::vector<Tenant> tenants_;
   std::vector<int32_t> job_of_tenant_;
-  // The tenants the tick walks, in arrival order: a finished one (its
-  // active_flag_ byte cleared) leaves at the next tick.
-  struct Active {
-    sdk::EconAdapter* adapter;  // The tenant's; valid while active_flag_[job].
-    uint32_t job;
-    uint32_t gang_nodes;         // The job's node count if it is a gang, else 0.
-    Micros partial_since;        // Since when a gang holds part of its nodes; -1: not.
-  };
-  std::vector<Active> active_, still_;
-  std::vector<uint8_t> active_flag_;  // By job: arrived and not finished.
+  std::vector<uint32_t> active_;
   std::vector<VertexId> type_root_;
   std::vector<std::pair<int, PolicyId>> row_policies_;  // (row index, its power-cap policy).
   std::vector<market::Event> pending_;
