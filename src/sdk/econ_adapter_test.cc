@@ -61,6 +61,27 @@ TEST_F(EconAdapterTest, RejectsEmptyOrUnknownRequests) {
   EXPECT_EQ(a.Add(unknown).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(EconAdapterTest, KeepsEachOptionOnceInThePricedBuffer) {
+  EconAdapter a(&client_, &value_, &listener_);
+  Request r = TwoOptions(2);
+  r.options[0].locality = market::Locality::kSameRow;
+  r.options[1].meta["tier"] = "spot";
+  auto id = a.Add(std::move(r));
+  ASSERT_TRUE(id.ok());
+  const auto* rs = a.request(*id);
+  ASSERT_NE(rs, nullptr);
+  // The options moved into the round's buffer; the request keeps its count and flags only.
+  EXPECT_TRUE(rs->request.options.empty());
+  EXPECT_EQ(rs->request.count, 2u);
+  ASSERT_EQ(rs->priced.size(), 2u);
+  EXPECT_EQ(rs->priced[0].spec.node_type, "h100");
+  EXPECT_EQ(rs->priced[0].scope, VertexId(1));
+  EXPECT_EQ(rs->priced[0].locality, market::Locality::kSameRow);
+  EXPECT_EQ(rs->priced[1].spec.node_type, "a100");
+  EXPECT_EQ(rs->priced[1].spec.meta.at("tier"), "spot");
+  EXPECT_EQ(rs->priced[1].scope, VertexId(2));
+}
+
 TEST_F(EconAdapterTest, BidsOnTheObtainableOptionWithTheLargestSurplusAsOneGang) {
   EconAdapter a(&client_, &value_);
   auto id = a.Add(TwoOptions(4));
