@@ -55,37 +55,30 @@ constexpr uint64_t kControlKeys = Bit(kMarginPpm) | Bit(kBandPpm) | Bit(kInterva
 constexpr uint64_t kAdaptiveKeys = kControlKeys | Bit(kMinFloor) | Bit(kMaxFloor);
 constexpr uint64_t kCarbonBudgetKeys = kControlKeys | Bit(kMinPrice) | Bit(kMaxPrice);
 
-int ScanForKey(std::string_view key) {
-  for (int i = 0; i < kNumKeys; ++i) {
-    if (kKeyNames[i] == key) return i;
-  }
-  return -1;
-}
-
 // A hash of a key's length and first, second and last letters: distinct for
-// today's keys (issue 12: the scan above was a fifth of the parse).
+// today's keys (issue 12: a scan of the names was a fifth of the parse); a
+// key added later that shares one fails the build (kKeyByHash).
 constexpr uint8_t KeyHash(std::string_view key) {
   unsigned second = key.size() > 1 ? static_cast<unsigned char>(key[1]) : 0;
   return static_cast<uint8_t>(key.size() * 10 + static_cast<unsigned char>(key[0]) * 26 + second * 6 +
                               static_cast<unsigned char>(key.back()));
 }
 
+// Per hash: the key with it, or -1.
+constexpr std::array<int8_t, 256> kKeyByHash = [] {
+  std::array<int8_t, 256> t{};
+  t.fill(-1);
+  for (int i = 0; i < kNumKeys; ++i) {
+    int8_t& e = t[KeyHash(kKeyNames[i])];
+    if (e != -1) throw "two keys share a KeyHash: change the hash";  // Fails the build.
+    e = static_cast<int8_t>(i);
+  }
+  return t;
+}();
+
 int LookupKey(std::string_view key) {
-  // Per hash: the key with it, kNoKey if none, kScan if two share it (a key
-  // added later may; the scan still finds it).
-  static constexpr int8_t kNoKey = -1, kScan = -2;
-  static const std::array<int8_t, 256> table = [] {
-    std::array<int8_t, 256> t;
-    t.fill(kNoKey);
-    for (int i = 0; i < kNumKeys; ++i) {
-      int8_t& e = t[KeyHash(kKeyNames[i])];
-      e = e == kNoKey ? static_cast<int8_t>(i) : kScan;
-    }
-    return t;
-  }();
   if (key.empty()) return -1;
-  int i = table[KeyHash(key)];
-  if (i == kScan) return ScanForKey(key);
+  int i = kKeyByHash[KeyHash(key)];
   return i >= 0 && kKeyNames[i] == key ? i : -1;
 }
 

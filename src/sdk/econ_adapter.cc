@@ -112,15 +112,16 @@ Result<RequestId> EconAdapter::Add(Request request) {
     return InvalidArgument("mixed_types: a gang runs on one type; set gang = false to mix types");
   RequestState rs;
   rs.priced.reserve(request.options.size());
-  for (const NodeSpec& o : request.options) {
+  // The options move into the round's buffer and the request keeps none (one
+  // copy of each spec, not two: review finding, issue 12); `request` is this
+  // call's own, so an invalid option leaves nothing behind.
+  for (NodeSpec& o : request.options) {
     if (o.node_type.empty()) return InvalidArgument("options.node_type: must not be empty");
     auto scope = ScopeOf(o);
     if (!scope.ok()) return scope.status();
     rs.priced.push_back(PricedOption{*scope, o.locality, o.rel_to, {}});
+    rs.priced.back().spec = std::move(o);
   }
-  // Valid: the options move into the round's buffer, the request keeps none
-  // (one copy of each spec, not two: review finding, issue 12).
-  for (size_t i = 0; i < rs.priced.size(); ++i) rs.priced[i].spec = std::move(request.options[i]);
   request.options.clear();
   // Allocated now, beside the options: a round reads both (issue 12). A
   // large request grows its list as nodes arrive instead.

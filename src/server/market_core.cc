@@ -984,9 +984,10 @@ void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
   }
   Status st = failed_.load() ? Unavailable(FailedMessage()) : Status::Ok();
   Trace::Cmd stamp;  // While tracing: the commit's, shared by its commands.
-  stamp.commit_start = stamp.commit_end = std::chrono::steady_clock::now();
+  if (trace_) stamp.commit_start = stamp.commit_end = std::chrono::steady_clock::now();
   if (st.ok() && !merged.empty()) {
-    auto t0 = stamp.commit_start;
+    auto t0 = std::chrono::steady_clock::now();
+    stamp.commit_start = t0;
     Status c = store_->Commit(merged);
     stamp.commit_end = std::chrono::steady_clock::now();
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(stamp.commit_end - t0).count();
@@ -1035,7 +1036,7 @@ void MarketCore::CommitWork(std::vector<std::unique_ptr<Pending>>& work) {
   if (st.ok()) {
     // The acks have left: the store's housekeeping (a WAL checkpoint, most
     // of it on a thread of its own) delays at most what comes next.
-    auto t0 = std::chrono::steady_clock::now();
+    const TimePoint t0 = trace_ ? std::chrono::steady_clock::now() : TimePoint{};
     if (Status c = store_->AfterCommit(); !c.ok()) {
       std::fprintf(stderr, "laissez serve: %s (the commit itself is durable)\n", c.ToString().c_str());
     }

@@ -111,11 +111,11 @@ NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std
 // ---------------------------------------------------------------- books
 
 BookEntry* MarketEngine::Impl::FindEntry(Book& b, const Order& o) {
+  // The order's own entry sorts where the search key does: its seq is read
+  // through the order's slot.
+  const BookEntry key{o.effective, SlotOf(o), 0, 0};
   auto seq_of = EntrySeq();
-  auto before = [&](const BookEntry& e, const Order& key) {
-    return e.price != key.effective ? e.price > key.effective : seq_of(e.slot) < key.seq;
-  };
-  auto it = std::lower_bound(b.begin(), b.end(), o, before);
+  auto it = std::lower_bound(b.begin(), b.end(), key, EntryLess());
   while (it != b.end() && it->price == o.effective && seq_of(it->slot) == o.seq) {
     if (it->slot == SlotOf(o)) return it;
     ++it;
@@ -147,8 +147,7 @@ void MarketEngine::Impl::EntryInsert(const Order& o) {
   auto& b = books_.Mutable(v.value);
   const bool was_empty = b.empty();
   BookEntry e{o.effective, SlotOf(o), o.book_flags, o.tenant.value};
-  auto less = [seq_of = EntrySeq()](const BookEntry& x, const BookEntry& y) { return BookLess(x, y, seq_of); };
-  b.insert(std::upper_bound(b.begin(), b.end(), e, less), e);
+  b.insert(std::upper_bound(b.begin(), b.end(), e, EntryLess()), e);
   // Counted once the entry is in: an insert that fails leaves the count as it was.
   if (was_empty && V(v).node.valid()) ++leaf_books_;
   books_.Retop(v.value);

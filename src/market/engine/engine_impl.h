@@ -1111,6 +1111,10 @@ class MarketEngine::Impl {
   auto EntrySeq() const {
     return [this](uint32_t slot) { return orders_[slot].seq; };
   }
+  // The books' order (BookLess) with the seqs read through the slots.
+  auto EntryLess() const {
+    return [seq_of = EntrySeq()](const BookEntry& x, const BookEntry& y) { return BookLess(x, y, seq_of); };
+  }
   uint32_t SlotOf(const Order& o) const { return static_cast<uint32_t>(&o - orders_.data()); }
 
   // The competing-demand summary of a book for change detection.
