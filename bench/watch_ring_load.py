@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An event-heavy load against `laissez serve --watch-ring N`, for the ring's cost
-(docs/PERFORMANCE.md, "The watch ring's cost"). A fresh server on loopback with
+(docs/PERFORMANCE_LOG.md, "The watch ring's cost"). A fresh server on loopback with
 scenarios/clusters/small.yaml; 8 tenants, each placing an order on its own free
 node (allocated, price changes) and releasing it (released, price changes) over
 and over for --seconds through the Python SDK. Prints calls/s, the server's CPU

@@ -145,7 +145,7 @@ void Subscription::Push(const WireEvent& e) {
 // LAISSEZ_COMMIT_TRACE=FILE: stamps each command's way through the core
 // (queued, the writer's batch begins, handed off, its COMMIT begins and ends,
 // its completion returned) and, when the core stops, writes per-phase figures
-// to FILE (docs/PERFORMANCE.md, "Issue 12: the commit's wait"). Unset, each
+// to FILE (docs/PERFORMANCE_LOG.md, "Issue 12: the commit's wait"). Unset, each
 // stamp costs one test of a null pointer.
 
 class MarketCore::Trace {
