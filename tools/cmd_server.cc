@@ -672,6 +672,20 @@ int RunBenchServer(const BenchFlags& b) {
         auto ch = grpc::CreateCustomChannel(eps.current(), grpc::InsecureChannelCredentials(), args);
         auto stub = pb::TenantService::NewStub(ch);
         std::string failure;
+        // Connected before anything is sent: a call on a channel whose first
+        // connection attempt failed fails at once (UNAVAILABLE, "failed to
+        // connect to all addresses"), and the bench counted the window it had
+        // written into such a stream as updates never acknowledged, though the
+        // server never saw them (now and then, on loopback, at a run's start).
+        // The channel retries the connection itself (backoff 100 ms to 1 s);
+        // an endpoint that does not connect within 2 s is left for the next.
+        auto wait = std::min<std::chrono::steady_clock::duration>(until - std::chrono::steady_clock::now(),
+                                                                  std::chrono::seconds(2));
+        if (!ch->WaitForConnected(std::chrono::system_clock::now() + wait)) {
+          if (std::chrono::steady_clock::now() >= until) break;
+          eps.Next("could not connect to " + eps.current() + " within 2 s");
+          continue;
+        }
         if (b.mode == "unary") {
           for (uint64_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
             pb::UpdateOrderRequest q;
