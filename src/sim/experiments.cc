@@ -948,7 +948,8 @@ Status Scale(const ExperimentOptions& o, std::string* report) {
     sc.drain = false;  // A fixed simulated span: the figure is speed.
     // Value tenants, whose bids change only with their events, as in the
     // earlier figures: CostOfDelay tenants re-bid every held node every minute
-    // (D / T^2 moves with time), which multiplies engine calls (PERFORMANCE.md).
+    // (D / T^2 moves with time), which multiplies engine calls (docs/PERFORMANCE_LOG.md,
+    // Simulator: the 2026-11-30 day with retention tenants).
     sc.utility = Utility::kValue;
     for (WorkloadSpec& w : sc.workloads) {
       if (w.kind == JobKind::kInference) {
