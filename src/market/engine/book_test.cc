@@ -94,6 +94,31 @@ TEST(BookEntries, AssignEmpty) {
   }
 }
 
+// The book's state lives in its inline entry's slot bits (16 bytes, issue
+// 12): an entry with the highest order slot, both flags and any tenant is one
+// entry, neither an empty book nor a heap one, inline and on the heap.
+TEST(BookEntries, ExtremeSlotsFlagsAndTenantsAreEntries) {
+  static_assert(sizeof(Book) == 16);
+  const BookEntry top{-5, kMaxOrderSlots - 1, kFlagGang | kFlagPending, UINT32_MAX};
+  Book b;
+  b.insert(b.begin(), top);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_FALSE(b.empty());
+  EXPECT_EQ(b.front().slot, kMaxOrderSlots - 1);
+  EXPECT_EQ(b.front().tenant, UINT32_MAX);
+  EXPECT_EQ(b.front().flags, kFlagGang | kFlagPending);
+  b.insert(b.end(), BookEntry{-6, 0, 0, UINT32_MAX - 1});
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b.begin()[0].slot, kMaxOrderSlots - 1);
+  EXPECT_EQ(b.begin()[1].tenant, UINT32_MAX - 1);
+  b.erase(b.begin());
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b.front().slot, 0u);
+  b.erase(b.begin());
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.size(), 0u);
+}
+
 // insert's argument may be an entry of the same book: the move to the heap
 // overwrites the inline entry, a regrowth frees the old block and the shift
 // overwrites the entries after `pos` (review of issue 12). The inline and the

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -199,7 +200,9 @@ struct BookEntry {
   uint32_t flags : 2;  // BookFlag bits.
   uint32_t tenant;
 };
-inline constexpr uint32_t kMaxOrderSlots = uint32_t{1} << 30;
+// Two slot values below 2^30 are left out: a Book's inline entry uses them as
+// tags (empty, on the heap).
+inline constexpr uint32_t kMaxOrderSlots = (uint32_t{1} << 30) - 2;
 static_assert(sizeof(BookEntry) == 16);
 // Sorted: price desc, seq asc; `seq_of(slot)` gives an entry's seq.
 template <typename SeqOf>
@@ -224,9 +227,14 @@ struct BookSummary {
 // the last Retop. The first entry lives inline, so a book with one order (a
 // rack's, typically) costs no allocation of its own, and its summary is
 // derived from that entry; a second entry moves the entries to the heap,
-// behind a header with the stored summary, until the book empties. 24
-// bytes (32 while an entry carried its seq), where a std::vector header and
-// the summary took 48 and a one-entry vector's allocation 32 more.
+// behind a header with the stored summary, until the book empties. 16
+// bytes, the inline entry's own: which of the three states a book is in
+// (empty, one inline entry, entries on the heap) is told by the inline
+// entry's slot, which no order slot reaches (kEmptyTag, kHeapTag: see
+// kMaxOrderSlots); on the heap, the entry's price holds the block's address
+// and its tenant the entry count (24 bytes while a separate count word
+// followed the entry, 32 while an entry carried its seq; a std::vector
+// header and the summary took 48 and a one-entry vector's allocation 32 more).
 class Book {
  public:
   Book() {}
@@ -246,8 +254,11 @@ class Book {
   const BookEntry* end() const { return data() + size(); }
   BookEntry* begin() { return data(); }
   BookEntry* end() { return data() + size(); }
-  size_t size() const { return size_ & ~kOnHeap; }
-  bool empty() const { return size() == 0; }
+  size_t size() const {
+    const uint32_t t = Tag();
+    return t == kHeapTag ? rep_.size : t != kEmptyTag;
+  }
+  bool empty() const { return Tag() == kEmptyTag; }  // A book on the heap has an entry: erase frees it with its last.
   const BookEntry& front() const { return *data(); }
 
   // Inserts e before `pos` (a pointer into this book). e is taken by value:
@@ -257,37 +268,44 @@ class Book {
     if (n == capacity()) Reserve(Grown(n));
     BookEntry* d = data();
     std::memmove(d + i + 1, d + i, (n - i) * sizeof(BookEntry));
-    d[i] = e;
-    size_ = static_cast<uint32_t>(n + 1) | (size_ & kOnHeap);
+    d[i] = e;  // Inline (n == 0): the entry's slot ends the empty tag.
+    if (on_heap()) rep_.size = static_cast<uint32_t>(n + 1);
   }
   void erase(BookEntry* pos) {
     size_t i = static_cast<size_t>(pos - begin()), n = size();
-    BookEntry* d = data();
+    if (n == 1) {  // Empty: back to the inline entry, tagged empty.
+      Free();
+      return;
+    }
+    BookEntry* d = rep_.heap->entries();  // More than one entry: on the heap.
     std::memmove(d + i, d + i + 1, (n - i - 1) * sizeof(BookEntry));
-    size_ = static_cast<uint32_t>(n - 1) | (size_ & kOnHeap);
-    if (n == 1) Free();  // Empty: back to the inline entry.
+    rep_.size = static_cast<uint32_t>(n - 1);
   }
   // n value-initialized entries (a snapshot's restore fills them in).
   void assign_empty(size_t n) {
     Free();
     if (n > 1) Reserve(n);
+    else if (n == 1) one_ = BookEntry{};  // Slot 0: one inline entry.
+    if (on_heap()) rep_.size = static_cast<uint32_t>(n);
     for (size_t i = 0; i < n; ++i) data()[i] = BookEntry{};
-    size_ = static_cast<uint32_t>(n) | (size_ & kOnHeap);
   }
 
   // What BookTable::Summarize gave at the last set_summary: stored for a
   // book on the heap; for an inline one, what Summarize gives for its entry.
   BookSummary summary() const {
-    if (on_heap()) return heap_->summary;
-    if (size_ == 0 || one_.flags) return BookSummary{};
+    const uint32_t t = Tag();
+    if (t == kHeapTag) return rep_.heap->summary;
+    if (t == kEmptyTag || one_.flags) return BookSummary{};
     return BookSummary{one_.price, one_.tenant, 0};
   }
   void set_summary(const BookSummary& s) {
-    if (on_heap()) heap_->summary = s;
+    if (on_heap()) rep_.heap->summary = s;
   }
 
  private:
-  static constexpr uint32_t kOnHeap = uint32_t{1} << 31;
+  // The inline entry's slot values no order has (kMaxOrderSlots).
+  static constexpr uint32_t kEmptyTag = (uint32_t{1} << 30) - 1;
+  static constexpr uint32_t kHeapTag = (uint32_t{1} << 30) - 2;
   // The heap block: this header, then `capacity` entries.
   struct Heap {
     BookSummary summary;
@@ -297,46 +315,63 @@ class Book {
     BookEntry* entries() { return std::launder(reinterpret_cast<BookEntry*>(reinterpret_cast<char*>(this) + sizeof(Heap))); }
   };
   static_assert(sizeof(Heap) % alignof(BookEntry) == 0);
+  // The union's other member: a heap book's block, tag and count, laid over
+  // the entry's price, slot word and tenant.
+  struct Rep {
+    Heap* heap;
+    uint32_t tag_word;  // kHeapTag, in the bits of BookEntry::slot (flags 0).
+    uint32_t size;
+  };
+  static_assert(sizeof(Rep) == sizeof(BookEntry) && offsetof(Rep, tag_word) == sizeof(Price) &&
+                offsetof(BookEntry, tenant) == offsetof(Rep, size));
+  // The slot bits of the word after the price, whichever member is active
+  // (read as bytes: BookEntry::slot is the low 30 bits of that word).
+  uint32_t Tag() const {
+    uint32_t w;
+    std::memcpy(&w, reinterpret_cast<const char*>(this) + sizeof(Price), sizeof w);
+    return w & kMaxSlotBits;
+  }
+  static constexpr uint32_t kMaxSlotBits = (uint32_t{1} << 30) - 1;
   // Full at n entries (inline: one): doubling up to 16, then by an eighth
   // (issue 12). Every insert already shifts half the entries on average, so
   // the rarer copies cost little; doubling left a 20,000-entry zone book
   // (1M nodes) in a 32,768-entry block.
   static size_t Grown(size_t n) { return n < 16 ? 2 * n : n + n / 8; }
-  bool on_heap() const { return (size_ & kOnHeap) != 0; }
-  size_t capacity() const { return on_heap() ? heap_->capacity : 1; }
-  BookEntry* data() { return on_heap() ? heap_->entries() : &one_; }
-  const BookEntry* data() const { return on_heap() ? heap_->entries() : &one_; }
+  bool on_heap() const { return Tag() == kHeapTag; }
+  size_t capacity() const { return on_heap() ? rep_.heap->capacity : 1; }
+  BookEntry* data() { return on_heap() ? rep_.heap->entries() : &one_; }
+  const BookEntry* data() const { return on_heap() ? rep_.heap->entries() : &one_; }
   void Reserve(size_t cap) {
     LZ_CHECK(cap > 1);
     auto* h = static_cast<Heap*>(std::malloc(sizeof(Heap) + cap * sizeof(BookEntry)));
     LZ_CHECK(h != nullptr);
+    const size_t n = size();
     h->summary = summary();
     h->capacity = cap;
-    if (size()) std::memcpy(static_cast<void*>(h->entries()), data(), size() * sizeof(BookEntry));
-    if (on_heap()) std::free(heap_);
-    heap_ = h;
-    size_ |= kOnHeap;
+    if (n) std::memcpy(static_cast<void*>(h->entries()), data(), n * sizeof(BookEntry));
+    if (on_heap()) std::free(rep_.heap);
+    std::construct_at(&rep_, Rep{h, kHeapTag, static_cast<uint32_t>(n)});
   }
   // Drops every entry and the allocation, if any.
   void Free() {
-    if (on_heap()) {
-      std::free(heap_);
-      std::construct_at(&one_);  // The inline entry is the union's member again.
-    }
-    size_ = 0;
+    if (on_heap()) std::free(rep_.heap);
+    std::construct_at(&one_, Empty());  // The inline entry is the union's member again.
+  }
+  static constexpr BookEntry Empty() {
+    BookEntry e{};
+    e.slot = kEmptyTag;
+    return e;
   }
   void Take(Book& o) {
-    std::memcpy(static_cast<void*>(&one_), &o.one_, sizeof(one_));  // Either member.
-    size_ = o.size_;
-    o.size_ = 0;
+    std::memcpy(static_cast<void*>(this), &o, sizeof(Book));  // Either member.
+    std::construct_at(&o.one_, Empty());
   }
   union {
-    BookEntry one_{};
-    Heap* heap_;
+    BookEntry one_ = Empty();
+    Rep rep_;
   };
-  uint32_t size_ = 0;  // Entries; kOnHeap: they live in heap_.
 };
-static_assert(sizeof(Book) == 24);
+static_assert(sizeof(Book) == 16);
 
 // Per-vertex books, allocated only for vertices that ever had an order: most
 // vertices are leaves that never do.
