@@ -1111,14 +1111,15 @@ constexpr std::array<KeyText, kNumKeys> kKeyTexts = [] {
   return t;
 }();
 
-// The fixed-size part of an event line, formatted into a stack buffer and
-// appended to the output once: an append per field (a capacity check and a
-// call each) cost more than the formatting itself on the replay path. Its
-// largest possible content (the prefix, the longest type name, five ids and
-// four 64-bit numbers with their keys) is under 400 bytes; the fixed-size
-// copies of Fixed write at most 64 bytes past it.
+// An event line's fixed-size part, formatted in place at a pointer the caller
+// gives: a stack buffer, or the sink's own buffer (WriteEvent). An append per
+// field (a capacity check and a call each) cost more than the formatting itself
+// on the replay path. Its largest possible content (the prefix, the longest type
+// name, five ids and four 64-bit numbers with their keys) is under 400 bytes;
+// the fixed-size copies of Fixed write at most 64 bytes past it.
 class EventLine {
  public:
+  explicit EventLine(char* p) : start_(p), p_(p) {}
   void Lit(std::string_view s) {
     std::memcpy(p_, s.data(), s.size());
     p_ += s.size();
@@ -1142,16 +1143,20 @@ class EventLine {
     if (v == special) Lit(name);
     else Int(v);
   }
-  std::string_view view() const { return {buf_, static_cast<size_t>(p_ - buf_)}; }
+  std::string_view view() const { return {start_, static_cast<size_t>(p_ - start_)}; }
+  char* end() const { return p_; }
 
  private:
-  char buf_[512];
-  char* p_ = buf_;
+  char* start_;
+  char* p_;
 };
 
+// Room for the fixed part with its slack; the rest of kEventRoom is for the
+// reasons and the cancel reason (at most about 90 bytes today).
+constexpr size_t kEventFixedRoom = 512;
 }  // namespace
 
-void AppendEvent(const Event& e, std::string* out) {
+char* WriteEvent(const Event& e, char* out) {
   // Consecutive events mostly share their time (one instant's events, and a
   // replay's price changes come in bursts): the line's start up to the type
   // name, with the time's digits, the longest number of most lines, is
@@ -1162,7 +1167,8 @@ void AppendEvent(const Event& e, std::string* out) {
   };
   thread_local TimePrefix last;
   if (last.prefix.size == 0 || last.time != e.time) {
-    EventLine p;
+    char buf[kEventFixedRoom];
+    EventLine p(buf);
     p.Lit("{\"v\":1,\"t\":");
     p.Int(e.time);
     p.Lit(",\"event\":\"");
@@ -1171,7 +1177,7 @@ void AppendEvent(const Event& e, std::string* out) {
     last.prefix.size = v.size();
     last.time = e.time;
   }
-  EventLine w;
+  EventLine w(out);
   w.Fixed(last.prefix);
   // An Event's type is one of the enum's values (the engine makes them, and the
   // decoder refuses any other name), so the table has it.
@@ -1195,22 +1201,31 @@ void AppendEvent(const Event& e, std::string* out) {
   if ((m & Bit(kDeadline)) || e.deadline != 0) w.Special(kDeadline, e.deadline, kNever, "\"never\"");
   const bool reasons = (m & Bit(kReasons)) || e.reasons != 0;
   const bool cancel_reason = (m & Bit(kCancelReason)) || e.cancel_reason != market::CancelReason::kNone;
-  if (!reasons && !cancel_reason) {  // Most lines: closed in the buffer, one append.
+  if (!reasons && !cancel_reason) {  // Most lines: closed in place.
     w.Lit("}");
-    out->append(w.view());
-    return;
+    return w.end();
   }
-  out->append(w.view());
-  Writer tail(out);
+  // The rare lines with reasons: their escaped names through a scratch string.
+  thread_local std::string tail;
+  tail.clear();
+  Writer t(&tail);
   if (reasons) {
-    tail.K(kReasons);
-    AppendEscaped(market::ReasonNames(e.reasons), out);
+    t.K(kReasons);
+    AppendEscaped(market::ReasonNames(e.reasons), &tail);
   }
   if (cancel_reason) {
-    tail.K(kCancelReason);
-    AppendEscaped(market::CancelReasonName(e.cancel_reason), out);
+    t.K(kCancelReason);
+    AppendEscaped(market::CancelReasonName(e.cancel_reason), &tail);
   }
-  out->push_back('}');
+  tail.push_back('}');
+  LZ_CHECK(tail.size() <= kEventRoom - kEventFixedRoom);
+  w.Lit(tail);
+  return w.end();
+}
+
+void AppendEvent(const Event& e, std::string* out) {
+  char buf[kEventRoom];
+  out->append(buf, WriteEvent(e, buf));
 }
 
 std::string EncodeEvent(const Event& e) {

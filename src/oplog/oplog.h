@@ -77,6 +77,12 @@ Result<LogRecord> DecodeRecord(std::string_view line, const DecodeOptions& optio
 // {"v":1,"t":1500000,"event":"allocated","node":4,"tenant":3,"order":9,"price":2500000}
 std::string EncodeEvent(const market::Event& e);
 void AppendEvent(const market::Event& e, std::string* out);
+// The same written at `out`, which must have kEventRoom writable bytes (the
+// line is shorter; bytes past its end may be overwritten): returns the line's
+// end. For a sink that formats straight into its own buffer (issue 12: no
+// intermediate copy and append per line).
+inline constexpr size_t kEventRoom = 768;
+char* WriteEvent(const market::Event& e, char* out);
 Result<market::Event> DecodeEvent(std::string_view line);
 
 // A reusable decoder that keeps its parser and buffers between lines.
