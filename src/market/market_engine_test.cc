@@ -311,6 +311,46 @@ TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
   EXPECT_EQ(e.GetNode(n)->floor, 2 * kMicroUnits);  // 3 - 0.2 x 5 s.
 }
 
+// A free node whose floor decays is kept out of the index's trees while its
+// floor moves (issue 12); quotes and searches must still see it at its
+// decayed floor, below a node with a fixed floor once it passes it.
+TEST(EngineDecay, QuotesAndSearchesSeeADecayingFreeNode) {
+  MarketParams p;
+  p.decay_beta = kMicroUnits / 10;  // 0.1 per second.
+  MarketEngine e(p);
+  auto info = [](const char* name) { return topology::NodeInfo{name, "h100", "eu", "z", "r", "k", {8, 640, 1000}}; };
+  NodeId n0 = *e.AddNode(0, info("n0"));
+  NodeId n1 = *e.AddNode(0, info("n1"));
+  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  TenantId c = *e.CreateTenant(0, "c", 1000 * kMicroUnits);
+  FloorTarget on_n1;
+  on_n1.node = n1;
+  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{on_n1, 2 * kMicroUnits}).ok());
+  // a holds n0 for a second at its floor of 4/h, the rate the decay starts
+  // from; the floor goes with the release, so n0's decays towards 0.
+  FloorTarget on_n0;
+  on_n0.node = n0;
+  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{on_n0, 4 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n0).leaf, 10 * kMicroUnits}).ok());
+  constexpr Micros kS = kMicrosPerSecond;
+  ASSERT_TRUE(e.Relinquish(kS, a, n0).ok());
+  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(1)).ok());
+  const VertexId root = e.topology().TypeRoot(TypeId(0));
+  // n0's floor: 4 - 0.1 x (t - 1 s); n1's stays 2. Steps of 1.5 s (some
+  // move n0's floor, all keep it above 0) until well past the crossing.
+  for (Micros t = 2 * kS; t <= 31 * kS; t += 3 * kS / 2) {
+    ASSERT_TRUE(e.Advance(t).ok());
+    Price f0 = 4 * kMicroUnits - (t - kS) / 10;
+    ASSERT_EQ(e.GetNode(n0)->floor, f0) << t;
+    EXPECT_EQ(e.Quote(root)->quote, std::min(f0, 2 * kMicroUnits)) << t;
+    EXPECT_EQ(e.Quote(e.topology().node(n0).leaf)->quote, f0) << t;
+  }
+  // The cheaper node is the decaying one: c's order takes it.
+  ASSERT_TRUE(e.PlaceOrder(31 * kS, c, OrderSpec{root, 3 * kMicroUnits}).ok());
+  EXPECT_EQ(e.GetNode(n0)->holder, c);
+  EXPECT_FALSE(e.GetNode(n1)->holder.valid());
+}
+
 
 }  // namespace
 }  // namespace laissez::market
