@@ -311,9 +311,10 @@ TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
   EXPECT_EQ(e.GetNode(n)->floor, 2 * kMicroUnits);  // 3 - 0.2 x 5 s.
 }
 
-// A free node whose floor decays is kept out of the index's trees while its
-// floor moves (issue 12); quotes and searches must still see it at its
-// decayed floor, below a node with a fixed floor once it passes it.
+// A free node whose floor decays is re-keyed in the index's trees as its
+// floor moves: quotes and searches must see it at its decayed floor, below a
+// node with a fixed floor once it passes it (issue 12: a cheaper way to keep
+// decaying nodes in the index must keep this).
 TEST(EngineDecay, QuotesAndSearchesSeeADecayingFreeNode) {
   MarketParams p;
   p.decay_beta = kMicroUnits / 10;  // 0.1 per second.
