@@ -1,9 +1,10 @@
 // The disk's durable-write latency, the cost a durable commit cannot avoid
-// (docs/PERFORMANCE_LOG.md, "Issue 12: the fsync's tail"). Not part of the
-// build: compile and run it in the directory the server's database lives in.
+// (docs/PERFORMANCE_LOG.md, "Issue 12: the fsync's tail"). Built as
+// build/bench/fsync_probe (or on its own: g++ -O2 -std=c++20 -pthread
+// bench/fsync_probe.cc -o fsync_probe); run it on the directory the server's
+// database lives in:
 //
-//   g++ -O2 -std=c++20 -pthread bench/fsync_probe.cc -o fsync_probe
-//   ./fsync_probe DIR [--syncs N] [--rounds R] [--writes K] [--bytes B]
+//   build/bench/fsync_probe DIR [--syncs N] [--rounds R] [--writes K] [--bytes B]
 //
 // One "sync" is K pwrite calls of B bytes each, one after another, then one
 // fdatasync (a SQLite WAL commit is about a dozen frames of 4,120 bytes and
