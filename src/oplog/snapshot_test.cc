@@ -423,6 +423,54 @@ TEST(Snapshot, BooksThatDoNotMatchTheOrdersAreRefused) {
   EXPECT_EQ(target.Snapshot(), image);
 }
 
+// The free order slots are where the next orders go: one past the table, one
+// that holds a live order or one listed twice would make a placement write
+// past the table or over a live order, so restore refuses each by name and
+// leaves the engine as it was.
+TEST(Snapshot, FreeOrderSlotsThatAreNotFreeAreRefused) {
+  MarketEngine source;
+  const auto [leaf0, leaf1, holder, a, b] = AddTwoNodesThreeTenants(source, {"h", "a", "b"});
+  ASSERT_TRUE(leaf0.valid() && leaf1.valid() && holder.valid() && a.valid() && b.valid());
+  // The holder's orders fill (their slot is free again at once); the three
+  // bids rest in slots 0, 1 and 2; b's is cancelled, so slot 1 is free.
+  ASSERT_TRUE(source.PlaceOrder(1, holder, OrderSpec{leaf0, 5'000'000'000}).ok());
+  ASSERT_TRUE(source.PlaceOrder(1, holder, OrderSpec{leaf1, 5'000'000'000}).ok());
+  auto o0 = source.PlaceOrder(2, a, OrderSpec{leaf0, 987'654'321});
+  auto o1 = source.PlaceOrder(2, b, OrderSpec{leaf0, 987'654'000});
+  auto o2 = source.PlaceOrder(2, a, OrderSpec{leaf1, 987'650'000});
+  ASSERT_TRUE(o0.ok() && o1.ok() && o2.ok());
+  ASSERT_LT(o2->value, 128u);  // One-byte ids below.
+  ASSERT_TRUE(source.CancelOrder(3, b, *o1).ok());
+  const std::string image = source.Snapshot();
+  // The free list (one slot: 1), then the live orders by id: (o0, slot 0)
+  // and (o2, slot 2).
+  const std::string lists{1, 1, 2, char(o0->value), 0, char(o2->value), 2};
+  const size_t at = image.find(lists, 20);
+  ASSERT_NE(at, std::string::npos) << "the free list and the live orders not found in the image";
+  ASSERT_EQ(image.find(lists, at + 1), std::string::npos);
+
+  MarketEngine target;
+  {
+    std::string bad = image;
+    bad[at + 1] = 3;
+    ExpectRefused(target, bad, "orders: free order slot 3 out of range (3)");
+  }
+  {
+    std::string bad = image;
+    bad[at + 1] = 2;
+    ExpectRefused(target, bad, "orders: free order slot 2 holds live order " + std::to_string(o2->value));
+  }
+  {
+    std::string bad = image;
+    bad.replace(at, 2, std::string{2, 1, 1});
+    ExpectRefused(target, bad, "orders: free order slot 1 is listed twice");
+  }
+  // The good image still loads, and its next order takes the free slot.
+  ASSERT_TRUE(target.Restore(image).ok());
+  EXPECT_EQ(target.Snapshot(), image);
+  ASSERT_TRUE(target.PlaceOrder(4, b, OrderSpec{leaf0, 987'000'000}).ok());
+}
+
 // The record keeps an order's effective scope only when the order has a
 // locality location (issue 12: OrderCold::eff_scope); any other order's is
 // its scope, so an image that says otherwise is refused by name, the engine

@@ -792,7 +792,9 @@ Status MarketEngine::Restore(std::string_view image) {
   }
 
   r.section = "orders";
-  m.orders_.resize(r.Count());
+  const size_t order_slots = r.Count();
+  if (order_slots > kMaxOrderSlots) r.Fail(Num(order_slots) + " order slots, more than " + Num(kMaxOrderSlots));
+  m.orders_.resize(r.ok() ? order_slots : 0);
   for (uint32_t slot = 0; slot < m.orders_.size() && r.ok(); ++slot) {
     Order& o = m.orders_[slot];
     OrderCold c;
@@ -816,6 +818,17 @@ Status MarketEngine::Restore(std::string_view image) {
     else if (m.FindSlot(id) != OrderIndex::kNone) r.Fail("order " + Num(id) + " is listed twice");
     else if (id >= m.next_order_id_) r.Fail("order " + Num(id) + " is live, but the next order id is " + Num(m.next_order_id_));
     else m.order_slot_.Insert(slot, m.orders_);
+  }
+  // The free slots are where the next orders go (Place takes the last):
+  // each must be a slot of the table, hold no live order and be listed once,
+  // or a placement would write past the table or over a live order.
+  std::vector<bool> freed(m.orders_.size());
+  for (uint32_t slot : m.free_slots_) {
+    if (!r.ok()) break;
+    if (slot >= m.orders_.size()) r.Fail("free order slot " + Num(slot) + " out of range (" + Num(m.orders_.size()) + ")");
+    else if (m.orders_[slot].alive) r.Fail("free order slot " + Num(slot) + " holds live order " + Num(m.orders_[slot].id.value));
+    else if (freed[slot]) r.Fail("free order slot " + Num(slot) + " is listed twice");
+    else freed[slot] = true;
   }
   r.F(m.unmatchable_);
   r.section = "books";
