@@ -237,7 +237,7 @@ struct BookSummary {
 // header and the summary took 48 and a one-entry vector's allocation 32 more).
 class Book {
  public:
-  Book() {}
+  constexpr Book() {}  // Empty (constexpr: BookTable::kEmpty is constant-initialized).
   Book(const Book&) = delete;
   Book& operator=(const Book&) = delete;
   Book(Book&& o) noexcept { Take(o); }
@@ -491,7 +491,7 @@ class BookTable {
     }
   }
   static constexpr uint32_t kNone = UINT32_MAX;
-  static inline const Book kEmpty{};
+  static constinit inline const Book kEmpty{};
   std::vector<uint32_t> index_;
   std::vector<Price> top_;
   // MayReach's bound: at least every top; while at_bound_ > 0, equal to the
