@@ -26,6 +26,20 @@ assert s["operations"] == lines, s
 assert s["rejected"] > 0, "the log was asked for 2% bad calls: " + str(s)
 PY
 [ -s "$dir/a.events" ] || fail "the replay wrote no events"
+# The events file is written in 1 MiB blocks, each line formatted in place: this one
+# is larger than a block, so every line must still be whole JSON, one per event.
+python3 - "$dir/summary.json" "$dir/a.events" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+data = open(sys.argv[2], "rb").read()
+assert len(data) > (1 << 20), "the events file fits one block: %d bytes" % len(data)
+assert data.endswith(b"\n"), "the events file does not end with a newline"
+lines = data.split(b"\n")[:-1]
+assert len(lines) == s["events"], (len(lines), s["events"])
+for i, line in enumerate(lines):
+    e = json.loads(line)
+    assert e["v"] == 1 and "event" in e and "t" in e, (i, line)
+PY
 
 "$laissez" gen-log --seed 8 --operations 3000 --nodes 40 --tenants 8 --out "$dir/c.oplog"
 cmp -s "$dir/a.oplog" "$dir/c.oplog" && fail "another seed gave the same log"

@@ -4,6 +4,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <charconv>
@@ -1151,9 +1152,8 @@ class EventLine {
   char* p_;
 };
 
-// Room for the fixed part with its slack; the rest of kEventRoom is for the
-// reasons and the cancel reason (at most about 90 bytes today).
-constexpr size_t kEventFixedRoom = 512;
+// Scratch for a line's start up to its type name (at most 43 bytes, then WriteDecimal's slack).
+constexpr size_t kEventPrefixRoom = 512;
 }  // namespace
 
 char* WriteEvent(const Event& e, char* out) {
@@ -1167,7 +1167,7 @@ char* WriteEvent(const Event& e, char* out) {
   };
   thread_local TimePrefix last;
   if (last.prefix.size == 0 || last.time != e.time) {
-    char buf[kEventFixedRoom];
+    char buf[kEventPrefixRoom];
     EventLine p(buf);
     p.Lit("{\"v\":1,\"t\":");
     p.Int(e.time);
@@ -1203,23 +1203,31 @@ char* WriteEvent(const Event& e, char* out) {
   const bool cancel_reason = (m & Bit(kCancelReason)) || e.cancel_reason != market::CancelReason::kNone;
   if (!reasons && !cancel_reason) {  // Most lines: closed in place.
     w.Lit("}");
+    LZ_CHECK(static_cast<size_t>(w.end() - out) < kEventRoom);  // A tripwire for a new field.
     return w.end();
   }
-  // The rare lines with reasons: their escaped names through a scratch string.
-  thread_local std::string tail;
-  tail.clear();
-  Writer t(&tail);
+  // The rare lines with reasons. Their names are the engine's own words
+  // (letters and commas: ReasonNames, CancelReasonName), which JSON takes
+  // unescaped; the line with them must fit the caller's room.
+  const std::string names = reasons ? market::ReasonNames(e.reasons) : std::string();
+  const std::string_view cancel = cancel_reason ? market::CancelReasonName(e.cancel_reason) : std::string_view();
+  constexpr size_t kKeyRoom = sizeof(KeyText::text);  // What K copies.
+  LZ_CHECK(static_cast<size_t>(w.end() - out) + 2 * kKeyRoom + names.size() + cancel.size() + 5 <= kEventRoom);
+  auto quoted = [&w](std::string_view name) {
+    LZ_CHECK(std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c != '"' && c != '\\'; }));
+    w.Lit("\"");
+    w.Lit(name);
+    w.Lit("\"");
+  };
   if (reasons) {
-    t.K(kReasons);
-    AppendEscaped(market::ReasonNames(e.reasons), &tail);
+    w.K(kReasons);
+    quoted(names);
   }
   if (cancel_reason) {
-    t.K(kCancelReason);
-    AppendEscaped(market::CancelReasonName(e.cancel_reason), &tail);
+    w.K(kCancelReason);
+    quoted(cancel);
   }
-  tail.push_back('}');
-  LZ_CHECK(tail.size() <= kEventRoom - kEventFixedRoom);
-  w.Lit(tail);
+  w.Lit("}");
   return w.end();
 }
 
