@@ -161,6 +161,48 @@ TEST_F(EngineTest, OwnNodesAreNeverEligibleForOwnOrders) {
   EXPECT_EQ(engine_->GetOrder(*o)->state, OrderState::kResting);
 }
 
+// A resting gang short of two or more nodes skips the wakes of single nodes
+// (issue 12: gang_short_); it must still cross at the wake that completes it,
+// and after a node it counted on is taken back.
+TEST_F(EngineTest, GangShortOfNodesCrossesAtTheWakeThatCompletesIt) {
+  NodeId n1 = Add("n1"), n2 = Add("n2"), n3 = Add("n3");
+  TenantId a = Tenant("a"), g = Tenant("g");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 20 * kUnit}).ok());
+  auto gang = engine_->PlaceOrder(kSec, g, OrderSpec{Vx("h100"), 10 * kUnit, 3});
+  ASSERT_TRUE(gang.ok()) << gang.status().ToString();
+  ASSERT_EQ(engine_->GetOrder(*gang)->state, OrderState::kResting);  // No node below 10: three short.
+  auto contested = [&] {
+    int c = 0;
+    for (NodeId n : {n1, n2, n3}) c += NodeAt(n).status == NodeStatus::kContested;
+    return c;
+  };
+  ASSERT_TRUE(engine_->SetLimit(2 * kSec, a, n1, 8 * kUnit).ok());
+  ASSERT_TRUE(engine_->SetLimit(3 * kSec, a, n1, 20 * kUnit).ok());  // Taken back.
+  ASSERT_TRUE(engine_->SetLimit(4 * kSec, a, n2, 8 * kUnit).ok());
+  ASSERT_TRUE(engine_->SetLimit(5 * kSec, a, n3, 8 * kUnit).ok());
+  EXPECT_EQ(contested(), 0);  // Two of three below its price.
+  EXPECT_EQ(engine_->GetOrder(*gang)->state, OrderState::kResting);
+  ASSERT_TRUE(engine_->SetLimit(6 * kSec, a, n1, 8 * kUnit).ok());
+  EXPECT_EQ(engine_->GetOrder(*gang)->state, OrderState::kPending);
+  EXPECT_EQ(contested(), 3);
+}
+
+// The same for a gang two nodes short: the first wake is skipped, the second
+// completes it and must not be.
+TEST_F(EngineTest, GangTwoNodesShortCrossesAtTheSecondWake) {
+  NodeId n1 = Add("n1"), n2 = Add("n2");
+  TenantId a = Tenant("a"), g = Tenant("g");
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 20 * kUnit}).ok());
+  auto gang = engine_->PlaceOrder(kSec, g, OrderSpec{Vx("h100"), 10 * kUnit, 2});
+  ASSERT_TRUE(gang.ok()) << gang.status().ToString();
+  ASSERT_TRUE(engine_->SetLimit(2 * kSec, a, n1, 8 * kUnit).ok());
+  EXPECT_EQ(engine_->GetOrder(*gang)->state, OrderState::kResting);
+  ASSERT_TRUE(engine_->SetLimit(3 * kSec, a, n2, 8 * kUnit).ok());
+  EXPECT_EQ(engine_->GetOrder(*gang)->state, OrderState::kPending);
+  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kContested);
+  EXPECT_EQ(NodeAt(n2).status, NodeStatus::kContested);
+}
+
 TEST_F(EngineTest, BadInputIsRejectedAndLeavesStateUnchanged) {
   Add("n1");
   TenantId a = Tenant("a"), b = Tenant("b");

@@ -18,6 +18,7 @@ void MarketEngine::Impl::EnsureIndex() {
   // and the topology while a rebuild can happen (a dangling NodeState& was
   // found by the split-advance property test).
   index_.assign(topo_.type_count(), {});
+  gang_short_.clear();  // Keys may have fallen without a wake.
   node_leaf_.assign(nodes_.size(), NodeLeaf{});
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
@@ -80,6 +81,10 @@ void MarketEngine::Impl::AddCandidatesFrom(VertexId from, Price price) {
     if (books_.top(v.value) < price) continue;
     for (const BookEntry& e : books_[v.value]) {
       if (e.price < price) break;
+      if (e.flags == kFlagGang && e.slot < gang_short_.size() && gang_short_[e.slot] > 1) {
+        --gang_short_[e.slot];  // Still a node short after this one: see gang_short_.
+        continue;
+      }
       candidates_.emplace(-e.price, orders_[e.slot].seq, static_cast<uint32_t>(e.slot));
     }
   }
@@ -147,6 +152,7 @@ void MarketEngine::Impl::EntryInsert(const Order& o) {
   auto& b = books_.Mutable(v.value);
   const bool was_empty = b.empty();
   BookEntry e{o.effective, SlotOf(o), o.book_flags, o.tenant.value};
+  if (SlotOf(o) < gang_short_.size()) gang_short_[SlotOf(o)] = 0;  // Queued in full again.
   b.insert(std::upper_bound(b.begin(), b.end(), e, EntryLess()), e);
   // Counted once the entry is in: an insert that fails leaves the count as it was.
   if (was_empty && V(v).node.valid()) ++leaf_books_;

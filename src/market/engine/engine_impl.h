@@ -997,6 +997,17 @@ class MarketEngine::Impl {
 
   // Work lists of the current instant.
   std::set<std::tuple<Price, uint64_t, uint32_t>> candidates_;  // (-price, seq, slot).
+  // By order slot (issue 12): how many nodes a resting gang still lacked at
+  // its last failed TryGang, less the wakes since (0: none known). Each wake
+  // (AddCandidatesFrom) is for one node whose obtain price fell or whose
+  // holder changed, so it adds at most one node the gang can take; a gang
+  // two or more nodes short cannot cross after one wake, and is not queued
+  // (its search, one BestNodeFor per node it needs, finds the same shortfall).
+  // Everything else that can let it cross queues it directly: its entry
+  // entering a book (EntryInsert, which clears this), the end of its
+  // cooldown; an index rebuild clears them all. Not in snapshots: a restored
+  // engine starts at 0, which queues every wake as before.
+  std::vector<uint16_t> gang_short_;
   std::vector<uint32_t> dirty_nodes_;
   std::vector<uint8_t> node_dirty_flag_;
   std::vector<uint32_t> gangs_to_check_;

@@ -119,7 +119,12 @@ bool MarketEngine::Impl::TryGang(uint32_t slot) {
   std::vector<NodeId> chosen;
   for (uint32_t i = 0; i < o.count; ++i) {
     NodeId n = BestNodeFor(o, cooling, &chosen);
-    if (!n.valid() || o.effective < Obtain(n)) return false;
+    if (!n.valid() || o.effective < Obtain(n)) {
+      // Short of o.count - i nodes: the wakes it may skip (gang_short_).
+      if (gang_short_.size() <= slot) gang_short_.resize(orders_.size(), 0);
+      gang_short_[slot] = static_cast<uint16_t>(std::min<uint32_t>(o.count - i, UINT16_MAX));
+      return false;
+    }
     chosen.push_back(n);
   }
   if (OutOfMoney(o, o.count)) {
