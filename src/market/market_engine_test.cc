@@ -203,6 +203,22 @@ TEST_F(EngineTest, GangTwoNodesShortCrossesAtTheSecondWake) {
   EXPECT_EQ(NodeAt(n2).status, NodeStatus::kContested);
 }
 
+// PrefetchNode is a hint: any node id, before or after the index exists,
+// and the engine's state (its snapshot) is unchanged.
+TEST_F(EngineTest, PrefetchNodeIsAHintThatChangesNothing) {
+  for (int stage = 0; stage < 2; ++stage) engine_->PrefetchNode(NodeId(0), stage);
+  NodeId n = Add("n1");
+  TenantId a = Tenant("a");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("h100"), 5 * kUnit}).ok());
+  Add("n2");  // Not yet in the index.
+  const std::string before = engine_->Snapshot();
+  for (int stage = 0; stage < 2; ++stage) {
+    for (NodeId m : {n, NodeId(1), NodeId(2), NodeId(UINT32_MAX - 1)}) engine_->PrefetchNode(m, stage);
+  }
+  EXPECT_EQ(engine_->Snapshot(), before);
+  EXPECT_EQ(NodeAt(n).holder, a);
+}
+
 TEST_F(EngineTest, BadInputIsRejectedAndLeavesStateUnchanged) {
   Add("n1");
   TenantId a = Tenant("a"), b = Tenant("b");

@@ -238,6 +238,12 @@ void EconAdapter::Prefetch(int level) const {
     if (!rs.priced.empty()) FetchLines(rs.priced.data(), rs.priced.size() * sizeof(PricedOption));
     if (!rs.nodes.empty()) FetchLines(rs.nodes.data(), rs.nodes.size() * sizeof(HeldNode));
   }
+  // The market's records of the held nodes, whose limits the round sets
+  // (issue 12: three cache misses at the head of each SetLimit): the record
+  // at level 3, its key at 4, from the held-node buffer level 2 fetched.
+  if (level == 3 || level == 4) {
+    for (const HeldNode& h : entry.second.nodes) client_->PrefetchNode(h.node, level - 3);
+  }
   // The strategy chain, one object per level (issue 12: its decorators and
   // the throughput table are separate heap objects), as the constructor
   // listed it.

@@ -250,8 +250,10 @@ class EconAdapter {
   // adapter itself, 1 (after 0) its first request, client, strategy and read
   // list, 2 (after 1) that request's option and held-node buffers and the
   // strategy's inner strategy, then L >= 3 the strategy chain's object at
-  // depth L - 1 (PricingStrategy::inner, and a table at the end). Each level
-  // reads only what the previous ones fetched; nothing changes.
+  // depth L - 1 (PricingStrategy::inner, and a table at the end); levels 3
+  // and 4 also ask the market for its records of the first request's held
+  // nodes (MarketClient::PrefetchNode, stages 0 and 1). Each level reads only
+  // what the previous ones fetched; nothing changes.
   void Prefetch(int level) const;
 
   const RequestState* request(RequestId id) const;

@@ -67,6 +67,9 @@ class MarketClient {
   virtual Status SetLimit(NodeId node, Price limit) = 0;
   // Gives a held node up at once (rule 5: a contested node moves to its challenger).
   virtual Status Relinquish(NodeId node) = 0;
+  // A hint before SetLimit or Relinquish on `node` (MarketEngine::PrefetchNode;
+  // issue 12): nothing for a remote market.
+  virtual void PrefetchNode(NodeId /*node*/, int /*stage*/) const {}
 
   // ---- Reads (no side effects) ----
   // The aggregate quote at a vertex; `with_depth` adds the price levels.
@@ -130,6 +133,7 @@ class InProcessMarketClient final : public MarketClient {
   Status CancelOrder(OrderId order) override;
   Status SetLimit(NodeId node, Price limit) override;
   Status Relinquish(NodeId node) override;
+  void PrefetchNode(NodeId node, int stage) const override { engine_->PrefetchNode(node, stage); }
 
   Result<market::VertexQuote> Quote(VertexId vertex, bool with_depth = false) override;
   Result<Price> QuotePrice(VertexId vertex) override;
