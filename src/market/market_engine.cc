@@ -374,14 +374,14 @@ Status MarketEngine::Relinquish(Micros t, TenantId tenant, NodeId node) {
 
 void MarketEngine::PrefetchNode(NodeId node, int stage) const {
   const Impl& m = *impl_;
-  if (node.value >= m.nodes_.size() || node.value >= m.node_leaf_.size()) return;
+  if (node.value >= m.nodes_.size()) return;
   if (stage == 0) {
     __builtin_prefetch(&m.nodes_[node.value]);
-    __builtin_prefetch(&m.node_leaf_[node.value]);
     return;
   }
-  // Reads the two lines stage 0 fetched; a stale index is only a wrong hint.
-  const uint32_t leaf = m.node_leaf_[node.value].leaf;
+  // Reads the line stage 0 fetched (the leaf is in it, issue 12); a stale
+  // index is only a wrong hint.
+  const uint32_t leaf = m.nodes_[node.value].leaf;
   const uint16_t type = m.nodes_[node.value].type.value;
   if (type >= m.index_.size() || leaf >= m.index_[type].key.size()) return;
   __builtin_prefetch(&m.index_[type].key[leaf]);

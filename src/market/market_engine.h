@@ -105,7 +105,7 @@ class MarketEngine {
   Status Relinquish(Micros t, TenantId tenant, NodeId node);
   // A hint (issue 12; no effect on the market, any node id accepted): asks the
   // CPU to fetch what a SetLimit on `node` reads first. `stage` 0: the node's
-  // record and its place in its type's index; 1 (after 0): its key there.
+  // record (its place in its type's index is in it); 1 (after 0): its key there.
   void PrefetchNode(NodeId node, int stage) const;
 
   // Releases spare capacity after a bulk load (no effect on the market). A

@@ -127,6 +127,49 @@ TEST_F(EngineTest, LoweredLimitWakesAnOrderAtTheNodesOwnVertex) {
   }
 }
 
+// A node's leaf position (NodeState) and its walk's start (NodeCold) are
+// rewritten by every index rebuild (issue 12: they were a per-node entry the
+// rebuild assigned whole). A node added in an earlier rack moves the later
+// rack's nodes one leaf up; a removed node has no leaf. A lowered limit must
+// then re-key the right leaf and wake an order resting at its own rack, and
+// the holder's node list (NodeCold::tenant_pos) must survive swap-removes
+// and a snapshot's round trip.
+TEST_F(EngineTest, LeafPositionsAndWalkStartsFollowIndexRebuilds) {
+  NodeId x1 = Add("x1", "h100", "k1");
+  NodeId y1 = Add("y1", "h100", "k2");
+  NodeId y2 = Add("y2", "h100", "k2");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  ASSERT_TRUE(engine_->PlaceOrder(0, a, OrderSpec{Vx("x1"), 9 * kUnit}).ok());  // Builds the index.
+  NodeId x2 = Add("x2", "h100", "k1");  // In k1: y1 and y2 move one leaf up.
+  NodeId x3 = Add("x3", "h100", "k1");
+  ASSERT_TRUE(engine_->RemoveNode(kSec, x2).ok());  // Free: it leaves a gap in k1.
+  for (NodeId n : {y1, y2, x3}) {
+    ASSERT_TRUE(engine_->PlaceOrder(kSec, a, OrderSpec{engine_->topology().node(n).leaf, 9 * kUnit}).ok());
+    ASSERT_EQ(NodeAt(n).holder, a);
+  }
+  // Resting below every holder, at k2's rack vertex only.
+  ASSERT_TRUE(engine_->PlaceOrder(2 * kSec, b, OrderSpec{Vx("h100/eu/eu-1a/r1/k2"), 5 * kUnit}).ok());
+  // The swap-removes of a's list: x1 (first) leaves x3 in its place.
+  ASSERT_TRUE(engine_->Relinquish(3 * kSec, a, x1).ok());
+  MarketEngine restored{MarketParams{}};
+  ASSERT_TRUE(restored.Restore(engine_->Snapshot()).ok());
+  for (MarketEngine* e : {engine_.get(), &restored}) {
+    std::vector<NodeId> held = e->GetTenant(a)->nodes;
+    std::sort(held.begin(), held.end());
+    EXPECT_EQ(held, (std::vector<NodeId>{y1, y2, x3}));
+    // x3's lowered limit wakes nothing (k1), y2's wakes b at k2.
+    ASSERT_TRUE(e->SetLimit(4 * kSec, a, x3, 3 * kUnit).ok());
+    EXPECT_EQ(e->GetNode(x3)->status, NodeStatus::kHeld);
+    ASSERT_TRUE(e->SetLimit(4 * kSec, a, y2, 3 * kUnit).ok());
+    EXPECT_EQ(e->GetNode(y2)->status, NodeStatus::kContested);
+    EXPECT_EQ(e->GetNode(y1)->status, NodeStatus::kHeld);
+    // The rest of a's list after two more swap-removes.
+    ASSERT_TRUE(e->Relinquish(5 * kSec, a, y1).ok());
+    ASSERT_TRUE(e->Relinquish(5 * kSec, a, x3).ok());
+    EXPECT_EQ(e->GetTenant(a)->nodes, (std::vector<NodeId>{y2}));
+  }
+}
+
 TEST_F(EngineTest, EarlyRelinquishMovesTheNodeAtOnce) {
   NodeId n = Add("n1");
   TenantId a = Tenant("a"), b = Tenant("b");

@@ -19,7 +19,9 @@ void MarketEngine::Impl::EnsureIndex() {
   // found by the split-advance property test).
   index_.assign(topo_.type_count(), {});
   gang_short_.clear();  // Keys may have fallen without a wake.
-  node_leaf_.assign(nodes_.size(), NodeLeaf{});
+  // A removed node has no leaf (its position is read only with the index
+  // current, so every node's is rewritten here).
+  for (NodeState& s : nodes_) s.leaf = UINT32_MAX;
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
     TypeIndex& ix = index_[t];
@@ -29,7 +31,8 @@ void MarketEngine::Impl::EnsureIndex() {
     for (uint32_t i = 0; i < order.size(); ++i) {
       ix.key[i] = KeyOf(order[i]);
       ix.free_leaf[i] = IsFree(nodes_[order[i].value]);
-      node_leaf_[order[i].value] = NodeLeaf{i, V(topo_.node(order[i]).leaf).parent};
+      nodes_[order[i].value].leaf = i;
+      node_cold_[order[i].value].above = V(topo_.node(order[i]).leaf).parent;
     }
     ix.Build();
   }
@@ -48,11 +51,8 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
     return;
   }
   TypeIndex& ix = index_[nodes_[n.value].type.value];
-  const NodeLeaf at = node_leaf_[n.value];
-  uint32_t leaf = at.leaf;
+  uint32_t leaf = nodes_[n.value].leaf;
   if (leaf == UINT32_MAX) return;
-  // Where the candidate walk starts: the leaf vertex only if a leaf vertex's book has an order.
-  auto walk_from = [&] { return leaf_books_ > 0 ? topo_.node(n).leaf : at.above; };
   unsigned __int128 k = KeyOf(n);
   Price now_obtain = static_cast<Price>(k >> 64);
   bool free_now = IsFree(nodes_[n.value]);
@@ -63,20 +63,20 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   bool was_held = (old_key >> 63) & 1;
   if (k == old_key) {
     if (!was_held && ix.free_leaf[leaf] != free_now) ix.SetFree(leaf, free_now);
-    if (wake) AddCandidatesFrom(walk_from(), now_obtain);
+    if (wake && MayWake(now_obtain)) WalkCandidates(WalkStart(n), now_obtain);
     return;
   }
   // One held or reserved throughout is not in the free tree.
   ix.Rekey(leaf, k, old_key, /*was_free=*/!was_held && ix.free_leaf[leaf], free_now);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
-  if (wake) AddCandidatesFrom(walk_from(), now_obtain);
+  // The walk's start (NodeCold's line) is read only when a walk happens.
+  if (wake && MayWake(now_obtain)) WalkCandidates(WalkStart(n), now_obtain);
   if (options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
 
 // Orders at v and its ancestors whose price reaches `price` may now cross.
-void MarketEngine::Impl::AddCandidatesFrom(VertexId from, Price price) {
-  if (price == kInfPrice || !books_.MayReach(price)) return;
+void MarketEngine::Impl::WalkCandidates(VertexId from, Price price) {
   for (VertexId v = from; v.valid(); v = V(v).parent) {
     if (books_.top(v.value) < price) continue;
     for (const BookEntry& e : books_[v.value]) {

@@ -513,7 +513,12 @@ struct alignas(64) NodeState {
   TenantId holder;
   uint32_t order_slot = UINT32_MAX;  // Gang reservation (slot of the gang order).
   uint32_t challenger = UINT32_MAX;  // Order slot of the pending challenger.
-  uint32_t tenant_pos = 0;           // Index in the holder's node list.
+  // The node's position in its type's leaf order (TypeIndex), UINT32_MAX if
+  // it has none (a removed node); built with the index and read only while
+  // it is current (Impl::EnsureIndex). In this line, a re-key finds its leaf
+  // without a line of its own (issue 12: it was an 8-byte per-node entry
+  // beside the walk's start, now NodeCold::above; tenant_pos went to NodeCold).
+  uint32_t leaf = UINT32_MAX;
   uint32_t carry = 0;  // Remainder below one micro-unit, in micro-unit / kH (< kH < 2^32).
   uint8_t reasons = 0;
   // One byte of flags.
@@ -537,14 +542,24 @@ struct alignas(64) NodeState {
 };
 static_assert(sizeof(NodeState) == 64, "a node's hot state is meant to fill one cache line (issue 12)");
 
-// The parts of a node's state that only contests and the minimum hold read.
+// The parts of a node's state that only contests, the minimum hold, a
+// holding's start and end and a lowered limit's candidate walk read.
 struct NodeCold {
   Micros held_since = 0;
   // Contest.
   Micros deadline = 0;
   Price notice_price = 0;  // The price the holder's latest notice stated.
+  // Index in the holder's node list: read when a holding starts or ends,
+  // which write held_since on this line anyway (issue 12: it was in NodeState).
+  uint32_t tenant_pos = 0;
+  // With the index current: the parent of the node's leaf vertex, where a
+  // candidate walk starts while no leaf vertex has an order (issue 12: one
+  // 4-byte read instead of the topology's leaf index, node record, leaf
+  // vertex and that book's top). Read only when a walk happens
+  // (Impl::MayWake), not on every re-key.
+  VertexId above;
 };
-static_assert(sizeof(NodeState) + sizeof(NodeCold) <= 88, "the node state is meant to stay compact (issue 12)");
+static_assert(sizeof(NodeCold) == 32, "two a line: the 8-byte per-node leaf entry's bytes, less its leaf (issue 12)");
 
 // The rare parts of an order (issue 12): a locality anchor, a clip schedule,
 // a gang's cooldown and the nodes a pending order claims (the placed price
@@ -983,16 +998,10 @@ class MarketEngine::Impl {
   }
   std::vector<TypeIndex> index_;
   uint64_t index_generation_ = UINT64_MAX;
-  // Per node, built with the index and valid while it is current: the node's
-  // position in its type's leaf order (UINT32_MAX if it has none) and the
-  // parent of its leaf vertex, where a limit change's candidate walk starts
-  // while no leaf vertex has an order (issue 12: one 8-byte read instead of
-  // the topology's leaf index, node record, leaf vertex and that book's top).
-  struct NodeLeaf {
-    uint32_t leaf = UINT32_MAX;
-    VertexId above;
-  };
-  std::vector<NodeLeaf> node_leaf_;
+  // Per node, built with the index and valid while it is current: the
+  // node's leaf position (NodeState::leaf) and its leaf vertex's parent
+  // (NodeCold::above). They were an 8-byte entry per node on a line of its
+  // own, read by every re-key (issue 12).
   uint32_t leaf_books_ = 0;  // Leaf vertices (one node each) whose book is not empty.
 
   // Work lists of the current instant.
@@ -1141,7 +1150,19 @@ class MarketEngine::Impl {
   void RefreshNode(NodeId n, bool wake = true);
   void AddCandidatesAbove(NodeId n, Price price) { AddCandidatesFrom(topo_.node(n).leaf, price); }
   // The same from vertex v up (v and its ancestors).
-  void AddCandidatesFrom(VertexId v, Price price);
+  void AddCandidatesFrom(VertexId v, Price price) {
+    if (MayWake(price)) WalkCandidates(v, price);
+  }
+  // Whether some order may reach `price` (false is exact: a walk would queue
+  // nothing). Split from the walk so that a caller reads the walk's start
+  // only when it walks (issue 12: RefreshNode's NodeCold::above). Call it
+  // once per walk: MayReach counts its calls.
+  bool MayWake(Price price) { return price != kInfPrice && books_.MayReach(price); }
+  // The walk itself, from vertex v up.
+  void WalkCandidates(VertexId v, Price price);
+  // Where n's candidate walk starts, with the index current: its leaf vertex
+  // only if a leaf vertex's book has an order.
+  VertexId WalkStart(NodeId n) const { return leaf_books_ > 0 ? topo_.node(n).leaf : node_cold_[n.value].above; }
 
   // Best leaf in [lo, hi) by the tie-break order: the same leaf as a search
   // with nothing to skip, from the nodes that cover the range, bottom up.

@@ -122,14 +122,15 @@ void MarketEngine::Impl::StartHolding(NodeId n, TenantId tid, Price limit) {
   Tenant& t = tenants_[tid.value];
   s.holder = tid;
   s.limit = limit;
-  node_cold_[n.value].held_since = now_;
+  NodeCold& cold = node_cold_[n.value];
+  cold.held_since = now_;
   s.order_slot = UINT32_MAX;
   StopDecay(n);
   s.rate = 0;
   s.paid_rate = 0;
   s.carry = 0;
   s.acc_since = now_;
-  s.tenant_pos = static_cast<uint32_t>(t.nodes.size());
+  cold.tenant_pos = static_cast<uint32_t>(t.nodes.size());
   t.nodes.push_back(n);
   t.committed = SatAdd(t.committed, limit);
   t.committed_need = SatAdd(t.committed_need, GraceCost(limit, params_.grace));
@@ -154,10 +155,10 @@ void MarketEngine::Impl::EndHolding(NodeId n) {
   t.rate_sum -= s.rate;
   t.rate_time_sum -= static_cast<__int128>(s.rate) * now_;
   // Swap-remove from the tenant's list.
-  uint32_t pos = s.tenant_pos;
+  uint32_t pos = node_cold_[n.value].tenant_pos;
   NodeId last = t.nodes.back();
   t.nodes[pos] = last;
-  nodes_[last.value].tenant_pos = pos;
+  node_cold_[last.value].tenant_pos = pos;
   t.nodes.pop_back();
   t.committed -= s.limit;
   t.committed_need -= GraceCost(s.limit, params_.grace);

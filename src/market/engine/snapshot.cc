@@ -267,7 +267,7 @@ void NodeFields(V& v, S& s, C& c) {
   v.F(c.deadline);
   v.F(c.notice_price);
   v.F(s.challenger);
-  v.F(s.tenant_pos);
+  v.F(c.tenant_pos);  // In NodeCold since issue 12; written in its old place.
   v.F(s.base_floor);
   v.F(s.rate);
   v.F(s.paid_rate);

@@ -152,8 +152,7 @@ void MarketEngine::Impl::RefreshDecay() {
 // already in the free tree moves there as in the tree of every node
 // (MinTree::Moved: one read per level) instead of re-deriving each level.
 void MarketEngine::Impl::RekeyDecayed(NodeId n, Price f) {
-  const NodeLeaf at = node_leaf_[n.value];
-  const uint32_t leaf = at.leaf;
+  const uint32_t leaf = nodes_[n.value].leaf;
   if (leaf == UINT32_MAX) return;
   TypeIndex& ix = index_[nodes_[n.value].type.value];
   const unsigned __int128 k = static_cast<unsigned __int128>(static_cast<uint64_t>(f)) << 64 | static_cast<uint64_t>(f);
@@ -161,7 +160,7 @@ void MarketEngine::Impl::RekeyDecayed(NodeId n, Price f) {
   const bool in_free_tree = ix.free_leaf[leaf] != 0;
   if (k == old_key && in_free_tree) return;
   ix.Rekey(leaf, k, old_key, in_free_tree, /*free_now=*/true);
-  AddCandidatesFrom(leaf_books_ > 0 ? topo_.node(n).leaf : at.above, f);
+  if (MayWake(f)) WalkCandidates(WalkStart(n), f);
   if (k != old_key && options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
 
