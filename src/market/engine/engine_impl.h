@@ -559,7 +559,7 @@ struct NodeCold {
   // (Impl::MayWake), not on every re-key.
   VertexId above;
 };
-static_assert(sizeof(NodeCold) == 32, "two a line: the 8-byte per-node leaf entry's bytes, less its leaf (issue 12)");
+static_assert(sizeof(NodeCold) == 32, "two a line: 96 bytes a node with NodeState, as with the per-node leaf entry before (issue 12)");
 
 // The rare parts of an order (issue 12): a locality anchor, a clip schedule,
 // a gang's cooldown and the nodes a pending order claims (the placed price
