@@ -412,6 +412,69 @@ TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
   EXPECT_EQ(e.GetNode(n)->floor, 2 * kMicroUnits);  // 3 - 0.2 x 5 s.
 }
 
+// RefreshDecay skips a decaying node until its floor can next move (issue 12: the
+// decay_wake_ entries). Stepping one microsecond at a time where one micro-unit of decay
+// takes 3 1/3, the quote at the node (the index's key) must follow its floor at every step:
+// the step where the decay reaches the next micro-unit, a floor resting on a policy floor
+// and that policy's removal, beta going to 0 and back.
+TEST(EngineDecay, SkippedVisitsNeverHideAMove) {
+  MarketParams p;
+  p.decay_beta = 300'000;  // 0.3 micro-units per microsecond.
+  MarketEngine e(p);
+  NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
+  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n).leaf, 10 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(0, b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.CancelOrder(0, b, OrderId(1)).ok());
+  FloorTarget tgt;
+  tgt.node = n;
+  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
+  constexpr Micros kS = kMicrosPerSecond;
+  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());
+  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(0)).ok());
+  // The decay record (DESIGN.md 3b): paid 4/h at the release, decaying from then on.
+  Price paid = 4 * kMicroUnits, base = 0;
+  Micros released = kS;
+  const VertexId leaf = e.topology().node(n).leaf;
+  auto floor_at = [&](Micros t) {
+    if (p.decay_beta == 0) return base;  // No decay while beta is 0.
+    return std::max<Price>(base, paid - static_cast<Price>(__int128{p.decay_beta} * (t - released) / kS));
+  };
+  Micros t = kS;
+  auto steps = [&](Micros to) {
+    for (++t; t <= to; ++t) {
+      ASSERT_TRUE(e.Advance(t).ok());
+      ASSERT_EQ(e.GetNode(n)->floor, floor_at(t)) << t;
+      ASSERT_EQ(e.Quote(leaf)->quote, floor_at(t)) << t;
+    }
+    t = to;
+  };
+  steps(kS + 40);
+  // A policy floor 3 micro-units below: the decayed floor comes to rest on it.
+  const Price rest = floor_at(t) - 3;
+  ASSERT_TRUE(e.AddPolicy(t, StaticFloorSpec{tgt, rest}).ok());
+  base = rest;
+  steps(kS + 70);
+  ASSERT_EQ(e.GetNode(n)->floor, rest);
+  // Without it, the floor is the decayed one again.
+  ASSERT_TRUE(e.RemovePolicy(t, PolicyId(1)).ok());
+  base = 0;
+  steps(kS + 90);
+  // Beta 0: no decay (the floor is the policy floor, here 0); back above 0 it continues from
+  // where it stopped.
+  paid = floor_at(t);
+  released = t;
+  p.decay_beta = 0;
+  ASSERT_TRUE(e.SetParams(t, p).ok());
+  steps(kS + 100);
+  p.decay_beta = 300'000;
+  released = t;
+  ASSERT_TRUE(e.SetParams(t, p).ok());
+  steps(kS + 140);
+  EXPECT_LT(e.GetNode(n)->floor, paid);
+}
+
 // A free node whose floor decays is re-keyed in the index's trees as its
 // floor moves: quotes and searches must see it at its decayed floor, below a
 // node with a fixed floor once it passes it (issue 12: a cheaper way to keep

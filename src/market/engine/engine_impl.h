@@ -1457,10 +1457,30 @@ class MarketEngine::Impl {
   mutable uint64_t decay_next_books_ = 0, decay_next_topo_ = 0;
   mutable std::vector<Micros> decay_cross_;  // By node: its next crossing, kCrossUnknown if not known.
   bool refreshing_decay_ = false;  // RefreshDecay is re-keying decaying nodes for the time.
-  void DecayInputsChanged() { decay_next_valid_ = false; }
+  // By node: until when RefreshDecay's visit of it changes nothing (issue 12: most visits of a
+  // time step found the decayed floor where the node's key already had it). Set by a visit with
+  // the index current, for the decay record, beta and base floor it read: before `until` the
+  // decay has not come one micro-unit further (the floor is above its base floor) or has not
+  // reached the price paid (the floor rests on its base floor, where it stays until the decay
+  // ends; with beta 0, until beta changes). A visit before `until` with the node still free and
+  // unreserved, the same base floor and the same index generation skips the node; any other
+  // change of its inputs (its decay starting or stopping, a RefreshNode of it, beta) clears its
+  // entry below. Not in snapshots: a restored engine starts with none, and its first visits set
+  // them; a skipped visit is one that would have changed nothing, so both answer alike.
+  struct DecayWake {
+    Micros until = std::numeric_limits<Micros>::min();
+    Price base = 0;
+  };
+  std::vector<DecayWake> decay_wake_;
+  uint64_t decay_wake_generation_ = 0;  // The index generation the entries were set at.
+  void DecayInputsChanged() {
+    decay_next_valid_ = false;
+    std::fill(decay_wake_.begin(), decay_wake_.end(), DecayWake{});
+  }
   // Node n's own inputs changed: only its crossing is recomputed.
   void DecayInputsChanged(NodeId n) {
     if (n.value < decay_cross_.size()) decay_cross_[n.value] = kCrossUnknown;
+    if (n.value < decay_wake_.size()) decay_wake_[n.value] = DecayWake{};
     decay_node_changed_ = true;
   }
 
