@@ -330,6 +330,79 @@ TEST_F(EngineTest, MaintenanceNoticesOneGraceBeforeStart) {
   EXPECT_EQ(NodeAt(n).floor, 0);
 }
 
+// A power-cap step re-floors its row without each node's walk where the step alone decides
+// the floor (issue 12: RefloorPowerStep), but a node under a maintenance window is walked
+// as before: after a grace change (which re-schedules the windows without re-flooring) its
+// noticed maintenance start lags until its next re-flooring, and a power-cap step is one.
+// Here the grace grows past the window's notice; the step when a takes n1 re-floors n1 and
+// gives the maintenance notice then, not at the window's start.
+TEST_F(EngineTest, PowerCapStepReflooringNoticesALaggingMaintenance) {
+  NodeId n1 = Add("n1");
+  Add("n2");
+  TenantId a = Tenant("a");
+  FloorTarget tgt;
+  tgt.node = n1;
+  ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
+  PowerCapSpec cap;
+  cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
+  cap.cap_w = 2000;
+  cap.steps = {{500'000, kUnit}};  // Half the cap held: a floor of 1/h.
+  ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  MarketParams p;
+  p.grace = 600 * kSec;  // The window's notice would have begun at 400 s.
+  ASSERT_TRUE(engine_->SetParams(500 * kSec, p).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(600 * kSec, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kHeld);
+  ASSERT_TRUE(engine_->Advance(600 * kSec + 1).ok());  // The step, one microsecond later.
+  EXPECT_EQ(NodeAt(n1).floor, kUnit);
+  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kContested);
+  EXPECT_EQ(rec_.Count(EventType::kNotice), 1);
+}
+
+// The floors a power-cap step sets without the walk are those of the walk: nodes with a
+// policy floor above, at and below the cap's steps, the cap stepping up and down.
+TEST_F(EngineTest, PowerCapStepsSetTheFloorsOfEveryPolicy) {
+  std::vector<NodeId> n;
+  for (int i = 0; i < 4; ++i) n.push_back(Add("n" + std::to_string(i)));
+  TenantId a = Tenant("a");
+  const Price fixed[4] = {0, kUnit, 2 * kUnit, 3 * kUnit};
+  for (int i = 1; i < 4; ++i) {
+    FloorTarget tgt;
+    tgt.node = n[i];
+    ASSERT_TRUE(engine_->AddPolicy(0, StaticFloorSpec{tgt, fixed[i]}).ok());
+  }
+  PowerCapSpec cap;
+  cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
+  cap.cap_w = 4000;
+  cap.steps = {{250'000, kUnit}, {500'000, 2 * kUnit}};  // One node held: 1/h; two: 2/h.
+  ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  auto expect_floors = [&](Price cap_floor, Micros t) {
+    for (int i = 0; i < 4; ++i) {
+      if (NodeAt(n[i]).holder.valid()) continue;  // A held node's floor is its holder's matter.
+      EXPECT_EQ(NodeAt(n[i]).floor, std::max(fixed[i], cap_floor)) << i << " at " << t;
+    }
+  };
+  Micros t = kSec;
+  expect_floors(0, t);
+  for (Price limit : {10, 11}) {  // a takes n3, then n2: the cap steps up twice.
+    ASSERT_TRUE(engine_->PlaceOrder(t, a, OrderSpec{Vx("h100"), limit * kUnit}).ok());
+    t += kSec;
+    ASSERT_TRUE(engine_->Advance(t).ok());
+  }
+  expect_floors(2 * kUnit, t);
+  std::vector<NodeId> held;
+  for (NodeId x : n) {
+    if (NodeAt(x).holder == a) held.push_back(x);
+  }
+  ASSERT_EQ(held.size(), 2u);
+  for (NodeId x : held) {  // And down twice.
+    ASSERT_TRUE(engine_->Relinquish(t, a, x).ok());
+    t += kSec;
+    ASSERT_TRUE(engine_->Advance(t).ok());
+    expect_floors(held.back() == x ? 0 : kUnit, t);
+  }
+}
+
 TEST_F(EngineTest, SplittingAdvanceDoesNotChangeTheLedger) {
   auto run = [](std::vector<Micros> steps) {
     MarketParams p;

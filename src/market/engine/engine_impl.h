@@ -1386,6 +1386,9 @@ class MarketEngine::Impl {
   Price FloorBesideMaintenance(NodeId n) const;
 
   void RecomputeFloor(NodeId n);
+  void ApplyFloor(NodeId n, Price f, Micros maint);
+  bool HasLiveMaintenance(const std::vector<uint32_t>& ids) const;
+  void RefloorPowerStep(const Policy& p, LocationId row, Price before);
 
   void RecomputeFloorsUnder(const Policy& p);
 

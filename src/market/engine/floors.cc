@@ -111,6 +111,12 @@ void MarketEngine::Impl::RecomputeFloor(NodeId n) {
     f = std::max(f, PolicyFloor(p, n));
     maint = std::min(maint, NoticedMaintStart(p));
   });
+  ApplyFloor(n, f, maint);
+}
+
+// Sets live node n's floor and noticed maintenance start, with what follows a change.
+void MarketEngine::Impl::ApplyFloor(NodeId n, Price f, Micros maint) {
+  NodeState& s = nodes_[n.value];
   if (f == s.base_floor && maint == MaintAt(n)) return;
   s.base_floor = f;
   SetMaintAt(n, maint);
@@ -120,6 +126,58 @@ void MarketEngine::Impl::RecomputeFloor(NodeId n) {
     MarkDirty(n);
   } else if (s.order_slot != UINT32_MAX) {
     gangs_to_check_.push_back(s.order_slot);
+  }
+}
+
+// True if a live maintenance window is among the policies `ids`.
+bool MarketEngine::Impl::HasLiveMaintenance(const std::vector<uint32_t>& ids) const {
+  for (uint32_t id : ids) {
+    if (policies_[id].alive && std::holds_alternative<MaintenanceSpec>(policies_[id].spec)) return true;
+  }
+  return false;
+}
+
+// Re-floors the nodes of `row` after staircase power cap p's floor stepped from `before` to
+// p.power_floor: RecomputeFloorsUnder(p), without the walk over each node's policies where
+// the step alone decides the floor (issue 12: a step re-floored every node of the row, most
+// of them by a walk whose other terms had not moved). A node's floor is the maximum of its
+// policies' floors, and here every other term is the one its last re-flooring read: the
+// floors that follow time are re-floored at their own scheduled changes, which run before a
+// power step at the same time (kSchedPolicy sorts before kSchedPower), and the rest at the
+// calls that change them. So base_floor = max(others, before), and with base_floor > before,
+// or base_floor == before and the step going up, the new floor is max(base_floor, after).
+// The one exception is a maintenance window's notice after a grace change (SetParams
+// re-schedules the windows without re-flooring, so a node's noticed start can lag until its
+// next re-flooring, which this one must still be): a node with a live window on it, its rack
+// or the row and above, or with a noticed start, is walked as before, and so is one the step
+// takes down from a floor it set (the others decide it) or that sits outside this shape.
+void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price before) {
+  for (LocationId l = row; l.valid(); l = topo_.location(l).parent) {
+    if (l.value < policies_at_location_.size() && HasLiveMaintenance(policies_at_location_[l.value])) {
+      RecomputeFloorsUnder(p);
+      return;
+    }
+  }
+  const Price after = p.power_floor;
+  std::vector<uint32_t> under;
+  ForEachNodeUnder(row, [&](NodeId n) { under.push_back(n.value); });
+  std::sort(under.begin(), under.end());
+  for (uint32_t i : under) {
+    const NodeState& s = nodes_[i];
+    if (!s.alive) continue;
+    const NodeId n(i);
+    const LocationId rack = topo_.node(n).rack;
+    bool walk = s.in_maint || s.base_floor < before || (s.base_floor == before && after < before) || !rack.valid() ||
+                topo_.location(rack).parent != row;
+    if (!walk && rack.value < policies_at_location_.size()) walk = HasLiveMaintenance(policies_at_location_[rack.value]);
+    if (!walk && !policies_at_node_.empty()) {
+      if (auto it = policies_at_node_.find(i); it != policies_at_node_.end()) walk = HasLiveMaintenance(it->second);
+    }
+    if (walk) {
+      RecomputeFloor(n);
+    } else {
+      ApplyFloor(n, std::max(s.base_floor, after), kNever);
+    }
   }
 }
 
@@ -246,8 +304,9 @@ bool MarketEngine::Impl::EvaluatePower() {
       if (util >= threshold) floor = price;
     }
     if (floor != p.power_floor) {
+      const Price before = p.power_floor;
       p.power_floor = floor;
-      RecomputeFloorsUnder(p);
+      RefloorPowerStep(p, pc->row, before);
       changed = true;
     }
   }
