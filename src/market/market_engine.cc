@@ -137,6 +137,20 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
         m.MarkDirty(NodeId(i));
       }
     }
+    if (params.grace > old.grace) {
+      // A raised grace can put a maintenance window's notice time (its start
+      // less the grace) at or before now: the window's holders get their
+      // notice now (DESIGN.md 3 rule 8), not at the start with no grace left.
+      // SchedulePolicy above moved the window's next change to its start, so
+      // without this nothing would re-floor its nodes before then. A lowered
+      // grace needs nothing: notices already sent stand (DESIGN.md 3b: parameter
+      // changes apply from now on, deadlines already set stand), and the others
+      // come at the new notice time.
+      for (uint32_t id = 0; id < m.policies_.size(); ++id) {
+        const Policy& p = m.policies_[id];
+        if (p.alive && m.NoticedMaintStart(p) != kNever) m.RecomputeFloorsUnder(p);
+      }
+    }
     return Status::Ok();
   });
   return m.Observed(t, body, std::move(result));

@@ -330,33 +330,48 @@ TEST_F(EngineTest, MaintenanceNoticesOneGraceBeforeStart) {
   EXPECT_EQ(NodeAt(n).floor, 0);
 }
 
-// A power-cap step re-floors its row without each node's walk where the step alone decides
-// the floor (issue 12: RefloorPowerStep), but a node under a maintenance window is walked
-// as before: after a grace change (which re-schedules the windows without re-flooring) its
-// noticed maintenance start lags until its next re-flooring, and a power-cap step is one.
-// Here the grace grows past the window's notice; the step when a takes n1 re-floors n1 and
-// gives the maintenance notice then, not at the window's start.
-TEST_F(EngineTest, PowerCapStepReflooringNoticesALaggingMaintenance) {
+// A raised grace that puts a maintenance window's notice time (its start less the grace)
+// in the past gives the window's holder its notice at once, with the start as the deadline
+// (DESIGN.md 3 rule 8); a node taken inside the notice phase is noticed as it is taken. The
+// engine used to re-schedule the window without re-flooring its nodes: nothing noticed them
+// before the start, so the holder was evicted at the start with no grace at all (here at
+// 1000 s). The power-cap step when b takes n2 (RefloorPowerStep walks nodes under a window)
+// gives n1 no second notice.
+TEST_F(EngineTest, GraceRaisedPastANoticeTimeNoticesAtOnce) {
   NodeId n1 = Add("n1");
-  Add("n2");
-  TenantId a = Tenant("a");
-  FloorTarget tgt;
-  tgt.node = n1;
-  ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
+  NodeId n2 = Add("n2");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  for (NodeId n : {n1, n2}) {
+    FloorTarget tgt;
+    tgt.node = n;
+    ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
+  }
   PowerCapSpec cap;
   cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
   cap.cap_w = 2000;
   cap.steps = {{500'000, kUnit}};  // Half the cap held: a floor of 1/h.
   ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(100 * kSec, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  ASSERT_EQ(NodeAt(n1).status, NodeStatus::kHeld);
+  ASSERT_EQ(rec_.Count(EventType::kNotice), 0);
   MarketParams p;
-  p.grace = 600 * kSec;  // The window's notice would have begun at 400 s.
+  p.grace = 600 * kSec;  // The window's notice time moves from 940 s to 400 s.
   ASSERT_TRUE(engine_->SetParams(500 * kSec, p).ok());
-  ASSERT_TRUE(engine_->PlaceOrder(600 * kSec, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
-  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kHeld);
-  ASSERT_TRUE(engine_->Advance(600 * kSec + 1).ok());  // The step, one microsecond later.
-  EXPECT_EQ(NodeAt(n1).floor, kUnit);
   EXPECT_EQ(NodeAt(n1).status, NodeStatus::kContested);
   EXPECT_EQ(rec_.Count(EventType::kNotice), 1);
+  auto q = engine_->GetEvictionQuote(a, n1);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->deadline, 1000 * kSec);  // The start: a deadline is never after it.
+  ASSERT_TRUE(engine_->PlaceOrder(600 * kSec, b, OrderSpec{Vx("n2"), 5 * kUnit}).ok());
+  EXPECT_EQ(NodeAt(n2).holder, b);
+  EXPECT_EQ(NodeAt(n2).status, NodeStatus::kContested);
+  EXPECT_EQ(rec_.Count(EventType::kNotice), 2);
+  ASSERT_TRUE(engine_->Advance(1000 * kSec - 1).ok());
+  EXPECT_EQ(NodeAt(n1).holder, a);
+  ASSERT_TRUE(engine_->Advance(1000 * kSec).ok());
+  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kFree);
+  EXPECT_EQ(NodeAt(n2).status, NodeStatus::kFree);
+  EXPECT_EQ(rec_.Count(EventType::kNotice), 2);
 }
 
 // The floors a power-cap step sets without the walk are those of the walk: nodes with a

@@ -154,5 +154,21 @@ TEST(Conformance, HolderIsToldWhenTheChallengerLeavesAndAFloorRemains) {
   EXPECT_FALSE(last.order.valid());
 }
 
+// Rule 8: a maintenance at t sends notices at t - grace, so the node is free at t;
+// 3b: parameter changes apply from now on. A grace raised from 10 s to 60 s at 50 s
+// puts the window's notice time (40 s) in the past: A is noticed at once, with the
+// window's start (100 s) as the deadline, not at the start with no grace left.
+TEST(Conformance, GraceRaisedPastAMaintenanceNoticeTimeNoticesAtOnce) {
+  CaseRun run = ReplayCase("grace_raised_past_notice");
+  auto notices = OfType(run.events, EventType::kNotice, NodeId(0));
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].time, 50'000'000);
+  EXPECT_EQ(notices[0].deadline, 100'000'000);
+  EXPECT_EQ(notices[0].reasons, market::kReasonMaintenance);
+  auto released = OfType(run.events, EventType::kReleased, NodeId(0));
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].time, 100'000'000);
+}
+
 }  // namespace
 }  // namespace laissez::oplog

@@ -146,9 +146,10 @@ bool MarketEngine::Impl::HasLiveMaintenance(const std::vector<uint32_t>& ids) co
 // power step at the same time (kSchedPolicy sorts before kSchedPower), and the rest at the
 // calls that change them. So base_floor = max(others, before), and with base_floor > before,
 // or base_floor == before and the step going up, the new floor is max(base_floor, after).
-// The one exception is a maintenance window's notice after a grace change (SetParams
-// re-schedules the windows without re-flooring, so a node's noticed start can lag until its
-// next re-flooring, which this one must still be): a node with a live window on it, its rack
+// The one exception is a maintenance window's notice after a lowered grace (SetParams
+// re-schedules the windows and re-floors only those whose notice phase a raised grace
+// began, so a node noticed under the old grace keeps its noticed start until its next
+// re-flooring, which this one must still be): a node with a live window on it, its rack
 // or the row and above, or with a noticed start, is walked as before, and so is one the step
 // takes down from a floor it set (the others decide it) or that sits outside this shape.
 void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price before) {
