@@ -563,6 +563,49 @@ TEST(EngineDecay, SkippedVisitsNeverHideAMove) {
   EXPECT_LT(e.GetNode(n)->floor, paid);
 }
 
+// A decay that restarts inside a skip: the node is taken again and released after paying
+// a higher rate, with the same base floor (0) as before. At every microsecond after the
+// second release the quote at the node (the index's key) is its floor (EffFloor, computed
+// from the decay record itself), about 7/h, where the first decay's skip record
+// (decay_wake_) would have kept a key near 4/h. Here StopDecay and StartDecay clear that
+// record on the way; a restart that skips them (the reviewer's random logs found one,
+// which the per-node clear in DecayInputsChanged handles) is not reproduced by this test.
+TEST(EngineDecay, ARestartedDecayIsFollowedAtEveryStep) {
+  MarketParams p;
+  p.decay_beta = 1'000;  // One micro-unit a millisecond: a first visit skips about 1,000 steps.
+  MarketEngine e(p);
+  NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
+  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
+  const VertexId leaf = e.topology().node(n).leaf;
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf, 10 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(0, b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.CancelOrder(0, b, OrderId(1)).ok());
+  FloorTarget tgt;
+  tgt.node = n;
+  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
+  constexpr Micros kS = kMicrosPerSecond;
+  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());  // Paid 4/h: the first decay.
+  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(0)).ok());
+  Micros t = kS;
+  for (++t; t <= kS + 10; ++t) ASSERT_TRUE(e.Advance(t).ok());  // Visited once, then skipped.
+  t = kS + 10;
+  ASSERT_EQ(e.Quote(leaf)->quote, e.GetNode(n)->floor);
+  // Taken again; a floor of 7/h while held makes the holding pay 7/h.
+  ASSERT_TRUE(e.PlaceOrder(t, a, OrderSpec{leaf, 10 * kMicroUnits}).ok());
+  ASSERT_EQ(e.GetNode(n)->holder, a);
+  ASSERT_TRUE(e.AddPolicy(t, StaticFloorSpec{tgt, 7 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.Advance(t + 10).ok());
+  t += 10;
+  ASSERT_TRUE(e.RemovePolicy(t, PolicyId(1)).ok());
+  ASSERT_TRUE(e.Relinquish(t, a, n).ok());  // Paid 7/h: the second decay, base floor 0 again.
+  ASSERT_GT(e.GetNode(n)->floor, 6 * kMicroUnits);
+  for (Micros end = t + 2'000; t <= end; ++t) {
+    ASSERT_TRUE(e.Advance(t).ok());
+    ASSERT_EQ(e.Quote(leaf)->quote, e.GetNode(n)->floor) << t;
+  }
+}
+
 // A free node whose floor decays is re-keyed in the index's trees as its
 // floor moves: quotes and searches must see it at its decayed floor, below a
 // node with a fixed floor once it passes it (issue 12: a cheaper way to keep

@@ -543,8 +543,11 @@ struct alignas(64) NodeState {
 static_assert(sizeof(NodeState) == 64, "a node's hot state is meant to fill one cache line (issue 12)");
 
 // The parts of a node's state that only contests, the minimum hold, a
-// holding's start and end and a lowered limit's candidate walk read.
-struct NodeCold {
+// holding's start and end and the candidate walks (a re-key's wake,
+// RekeyDecayed) read. Aligned to its size, so that an entry never straddles
+// two cache lines: the vector's default 16-byte alignment would put every
+// other entry across a line boundary.
+struct alignas(32) NodeCold {
   Micros held_since = 0;
   // Contest.
   Micros deadline = 0;
@@ -1008,7 +1011,7 @@ class MarketEngine::Impl {
   std::set<std::tuple<Price, uint64_t, uint32_t>> candidates_;  // (-price, seq, slot).
   // By order slot (issue 12): how many nodes a resting gang still lacked at
   // its last failed TryGang, less the wakes since (0: none known). Each wake
-  // (AddCandidatesFrom) is for one node whose obtain price fell or whose
+  // (WalkCandidates) is for one node whose obtain price fell or whose
   // holder changed, so it adds at most one node the gang can take; a gang
   // two or more nodes short cannot cross after one wake, and is not queued
   // (its search, one BestNodeFor per node it needs, finds the same shortfall).
