@@ -472,25 +472,36 @@ TEST_F(EngineTest, ApplyRunsOperationsAsData) {
 namespace laissez::market {
 namespace {
 
+// The decay tests' start: node n held by a, which pays 4/h from 0 (b's resting demand, then
+// a static floor of 4/h on n, policy 0) and releases n at 1 s; policy 0 is removed then, so
+// n's base floor is 0 and its floor decays from the rate paid (DESIGN.md 3b). A holding that
+// paid nothing (0 microseconds) would leave no decay.
+struct DecayStart {
+  NodeId n;
+  TenantId a, b;
+  FloorTarget on_n;
+};
+DecayStart HeldAtFourThenReleased(MarketEngine& e) {
+  DecayStart d;
+  d.n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
+  d.a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  d.b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
+  EXPECT_TRUE(e.PlaceOrder(0, d.a, OrderSpec{e.topology().node(d.n).leaf, 10 * kMicroUnits}).ok());
+  EXPECT_TRUE(e.PlaceOrder(0, d.b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
+  EXPECT_TRUE(e.CancelOrder(0, d.b, OrderId(1)).ok());
+  d.on_n.node = d.n;
+  EXPECT_TRUE(e.AddPolicy(0, StaticFloorSpec{d.on_n, 4 * kMicroUnits}).ok());
+  EXPECT_TRUE(e.Relinquish(kMicrosPerSecond, d.a, d.n).ok());
+  EXPECT_TRUE(e.RemovePolicy(kMicrosPerSecond, PolicyId(0)).ok());
+  return d;
+}
+
 TEST(EngineDecay, BetaChangeContinuesFromTheCurrentValue) {
   MarketParams p;
   p.decay_beta = kMicroUnits / 10;  // 0.1 per second.
   MarketEngine e(p);
-  NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
-  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
-  TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
-  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n).leaf, 10 * kMicroUnits}).ok());
-  // b's resting demand makes a pay 4/h, the rate the decay starts from.
-  ASSERT_TRUE(e.PlaceOrder(0, b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
-  ASSERT_TRUE(e.CancelOrder(0, b, OrderId(1)).ok());
-  FloorTarget tgt;
-  tgt.node = n;
-  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
-  // a pays 4/h for a second: decay starts from the rate paid (3b), so a
-  // holding of 0 microseconds, which paid nothing, would leave no decay.
+  const NodeId n = HeldAtFourThenReleased(e).n;
   constexpr Micros kS = kMicrosPerSecond;
-  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());
-  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(0)).ok());
   ASSERT_TRUE(e.Advance(11 * kS).ok());
   EXPECT_EQ(e.GetNode(n)->floor, 3 * kMicroUnits);  // 4 - 0.1 x 10 s.
   p.decay_beta = kMicroUnits / 5;  // 0.2 per second from now on.
@@ -509,18 +520,10 @@ TEST(EngineDecay, SkippedVisitsNeverHideAMove) {
   MarketParams p;
   p.decay_beta = 300'000;  // 0.3 micro-units per microsecond.
   MarketEngine e(p);
-  NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
-  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
-  TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
-  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n).leaf, 10 * kMicroUnits}).ok());
-  ASSERT_TRUE(e.PlaceOrder(0, b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
-  ASSERT_TRUE(e.CancelOrder(0, b, OrderId(1)).ok());
-  FloorTarget tgt;
-  tgt.node = n;
-  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
+  const DecayStart d = HeldAtFourThenReleased(e);
+  const NodeId n = d.n;
+  const FloorTarget tgt = d.on_n;
   constexpr Micros kS = kMicrosPerSecond;
-  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());
-  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(0)).ok());
   // The decay record (DESIGN.md 3b): paid 4/h at the release, decaying from then on.
   Price paid = 4 * kMicroUnits, base = 0;
   Micros released = kS;
@@ -574,19 +577,12 @@ TEST(EngineDecay, ARestartedDecayIsFollowedAtEveryStep) {
   MarketParams p;
   p.decay_beta = 1'000;  // One micro-unit a millisecond: a first visit skips about 1,000 steps.
   MarketEngine e(p);
-  NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
-  TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
-  TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
+  const DecayStart d = HeldAtFourThenReleased(e);  // Paid 4/h: the first decay.
+  const NodeId n = d.n;
+  const TenantId a = d.a;
+  const FloorTarget tgt = d.on_n;
   const VertexId leaf = e.topology().node(n).leaf;
-  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf, 10 * kMicroUnits}).ok());
-  ASSERT_TRUE(e.PlaceOrder(0, b, OrderSpec{e.topology().TypeRoot(TypeId(0)), 4 * kMicroUnits}).ok());
-  ASSERT_TRUE(e.CancelOrder(0, b, OrderId(1)).ok());
-  FloorTarget tgt;
-  tgt.node = n;
-  ASSERT_TRUE(e.AddPolicy(0, StaticFloorSpec{tgt, 4 * kMicroUnits}).ok());
   constexpr Micros kS = kMicrosPerSecond;
-  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());  // Paid 4/h: the first decay.
-  ASSERT_TRUE(e.RemovePolicy(kS, PolicyId(0)).ok());
   Micros t = kS;
   for (++t; t <= kS + 10; ++t) ASSERT_TRUE(e.Advance(t).ok());  // Visited once, then skipped.
   t = kS + 10;
