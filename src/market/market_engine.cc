@@ -143,9 +143,9 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
       // notice now (DESIGN.md 3 rule 8), not at the start with no grace left.
       // SchedulePolicy above moved the window's next change to its start, so
       // without this nothing would re-floor its nodes before then. A lowered
-      // grace re-floors nothing here: the other notices come at the new notice
-      // time. (A notice it un-begins is taken back at the node's next
-      // re-flooring: docs/MECHANISM.md, Differences, 3.)
+      // grace re-floors nothing here: notices already sent stand (RecomputeFloor
+      // keeps a notice phase that began), and the others come at the new notice
+      // time.
       for (uint32_t id = 0; id < m.policies_.size(); ++id) {
         const Policy& p = m.policies_[id];
         if (p.alive && m.NoticedMaintStart(p) != kNever) m.RecomputeFloorsUnder(p);

@@ -374,6 +374,45 @@ TEST_F(EngineTest, GraceRaisedPastANoticeTimeNoticesAtOnce) {
   EXPECT_EQ(rec_.Count(EventType::kNotice), 2);
 }
 
+// A lowered grace takes back no maintenance notice already sent (3b: deadlines already set
+// stand), not even at a power-cap step's re-flooring of the row, which walks a node under a
+// live window (RefloorPowerStep), where RecomputeFloor keeps the noticed start. The engine
+// used to end the contest at the step and notice the holder again at the new notice time.
+TEST_F(EngineTest, LoweredGraceKeepsANoticeThroughAPowerCapStep) {
+  NodeId n1 = Add("n1");
+  Add("n2");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  MarketParams p;
+  p.grace = 600 * kSec;
+  ASSERT_TRUE(engine_->SetParams(0, p).ok());
+  FloorTarget tgt;
+  tgt.node = n1;
+  ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
+  PowerCapSpec cap;
+  cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
+  cap.cap_w = 2000;
+  cap.steps = {{1'000'000, kUnit}};  // Both nodes held: a floor of 1/h.
+  ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(100 * kSec, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
+  ASSERT_TRUE(engine_->Advance(400 * kSec).ok());  // The notice phase begins.
+  ASSERT_EQ(NodeAt(n1).status, NodeStatus::kContested);
+  ASSERT_EQ(rec_.Count(EventType::kNotice), 1);
+  p.grace = 60 * kSec;  // The notice time moves to 940 s.
+  ASSERT_TRUE(engine_->SetParams(500 * kSec, p).ok());
+  ASSERT_TRUE(engine_->PlaceOrder(600 * kSec, b, OrderSpec{Vx("n2"), 5 * kUnit}).ok());
+  ASSERT_TRUE(engine_->Advance(600 * kSec + 1).ok());  // The step, one microsecond later.
+  EXPECT_EQ(NodeAt(n1).floor, kUnit);
+  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kContested);
+  EXPECT_EQ(rec_.Count(EventType::kContestEnded), 0);
+  ASSERT_TRUE(engine_->Advance(999 * kSec).ok());
+  EXPECT_EQ(rec_.Count(EventType::kNotice), 1);
+  auto q = engine_->GetEvictionQuote(a, n1);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->deadline, 1000 * kSec);
+  ASSERT_TRUE(engine_->Advance(1000 * kSec).ok());
+  EXPECT_EQ(NodeAt(n1).status, NodeStatus::kFree);
+}
+
 // The floors a power-cap step sets without the walk are those of the walk: nodes with a
 // policy floor above, at and below the cap's steps, the cap stepping up and down.
 TEST_F(EngineTest, PowerCapStepsSetTheFloorsOfEveryPolicy) {

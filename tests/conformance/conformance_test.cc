@@ -170,5 +170,21 @@ TEST(Conformance, GraceRaisedPastAMaintenanceNoticeTimeNoticesAtOnce) {
   EXPECT_EQ(released[0].time, 100'000'000);
 }
 
+// 3b: parameter changes apply from now on; deadlines already set stand. A's notice for
+// the window at 100 s went at 40 s under a grace of 60 s; the grace falls to 10 s at 50 s
+// (the notice time moves to 90 s) and a floor is added at 55 s, which re-floors n0. The
+// notice stands: no contest_ended, no second notice, the release at the start.
+TEST(Conformance, LoweredGraceTakesBackNoMaintenanceNotice) {
+  CaseRun run = ReplayCase("grace_lowered_keeps_notice");
+  EXPECT_TRUE(OfType(run.events, EventType::kContestEnded).empty());
+  auto notices = OfType(run.events, EventType::kNotice, NodeId(0));
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].time, 40'000'000);
+  EXPECT_EQ(notices[0].deadline, 100'000'000);
+  auto released = OfType(run.events, EventType::kReleased, NodeId(0));
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].time, 100'000'000);
+}
+
 }  // namespace
 }  // namespace laissez::oplog

@@ -106,10 +106,18 @@ void MarketEngine::Impl::RecomputeFloor(NodeId n) {
   // walk over the policies on n (issue 12).
   Price f = 0;
   Micros maint = kNever;
+  const Micros noticed = MaintAt(n);
   ForEachPolicyOn(n, [&](const Policy& p) {
     if (!p.alive) return;
     f = std::max(f, PolicyFloor(p, n));
-    maint = std::min(maint, NoticedMaintStart(p));
+    Micros start = NoticedMaintStart(p);
+    // A window's notice phase that began on n stays begun until the window ends: a grace
+    // lowered since (which moves the notice time after now) takes back no notice already
+    // sent (DESIGN.md 3b: parameter changes apply from now on, deadlines already set stand).
+    if (start == kNever && noticed != kNever && noticed == p.maint_start) {
+      if (const auto* m = std::get_if<MaintenanceSpec>(&p.spec); m && now_ < m->end) start = p.maint_start;
+    }
+    maint = std::min(maint, start);
   });
   ApplyFloor(n, f, maint);
 }
@@ -148,8 +156,8 @@ bool MarketEngine::Impl::HasLiveMaintenance(const std::vector<uint32_t>& ids) co
 // or base_floor == before and the step going up, the new floor is max(base_floor, after).
 // The one exception is a maintenance window's notice after a lowered grace (SetParams
 // re-schedules the windows and re-floors only those whose notice phase a raised grace
-// began, so a node noticed under the old grace keeps its noticed start until its next
-// re-flooring, which this one must still be): a node with a live window on it, its rack
+// began; a node noticed under the old grace keeps its noticed start, which only
+// RecomputeFloor's walk knows to keep): a node with a live window on it, its rack
 // or the row and above, or with a noticed start, is walked as before, and so is one the step
 // takes down from a floor it set (the others decide it) or that sits outside this shape.
 void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price before) {
