@@ -1390,7 +1390,6 @@ class MarketEngine::Impl {
 
   void RecomputeFloor(NodeId n);
   void ApplyFloor(NodeId n, Price f, Micros maint);
-  bool HasLiveMaintenance(const std::vector<uint32_t>& ids) const;
   void RefloorPowerStep(const Policy& p, LocationId row, Price before);
 
   void RecomputeFloorsUnder(const Policy& p);

@@ -137,14 +137,6 @@ void MarketEngine::Impl::ApplyFloor(NodeId n, Price f, Micros maint) {
   }
 }
 
-// True if a live maintenance window is among the policies `ids`.
-bool MarketEngine::Impl::HasLiveMaintenance(const std::vector<uint32_t>& ids) const {
-  for (uint32_t id : ids) {
-    if (policies_[id].alive && std::holds_alternative<MaintenanceSpec>(policies_[id].spec)) return true;
-  }
-  return false;
-}
-
 // Re-floors the nodes of `row` after staircase power cap p's floor stepped from `before` to
 // p.power_floor: RecomputeFloorsUnder(p), without the walk over each node's policies where
 // the step alone decides the floor (issue 12: a step re-floored every node of the row, most
@@ -154,19 +146,14 @@ bool MarketEngine::Impl::HasLiveMaintenance(const std::vector<uint32_t>& ids) co
 // power step at the same time (kSchedPolicy sorts before kSchedPower), and the rest at the
 // calls that change them. So base_floor = max(others, before), and with base_floor > before,
 // or base_floor == before and the step going up, the new floor is max(base_floor, after).
-// The one exception is a maintenance window's notice after a lowered grace (SetParams
-// re-schedules the windows and re-floors only those whose notice phase a raised grace
-// began; a node noticed under the old grace keeps its noticed start, which only
-// RecomputeFloor's walk knows to keep): a node with a live window on it, its rack
-// or the row and above, or with a noticed start, is walked as before, and so is one the step
-// takes down from a floor it set (the others decide it) or that sits outside this shape.
+// The noticed maintenance start is the one term the shortcut cannot carry: a node with one
+// is walked as before, since only RecomputeFloor knows to keep it (a notice phase that began
+// under a grace since lowered). A node without one has none to gain here: every window's
+// notice phase re-floors its nodes when it begins (its scheduled change, which runs before
+// a power step at the same time; a raised grace that starts it, in SetParams; a node added
+// inside it, at the addition). A node the step takes down from a floor it set (the others
+// decide it), or that sits outside this shape, is walked too.
 void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price before) {
-  for (LocationId l = row; l.valid(); l = topo_.location(l).parent) {
-    if (l.value < policies_at_location_.size() && HasLiveMaintenance(policies_at_location_[l.value])) {
-      RecomputeFloorsUnder(p);
-      return;
-    }
-  }
   const Price after = p.power_floor;
   std::vector<uint32_t> under;
   ForEachNodeUnder(row, [&](NodeId n) { under.push_back(n.value); });
@@ -176,12 +163,8 @@ void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price
     if (!s.alive) continue;
     const NodeId n(i);
     const LocationId rack = topo_.node(n).rack;
-    bool walk = s.in_maint || s.base_floor < before || (s.base_floor == before && after < before) || !rack.valid() ||
-                topo_.location(rack).parent != row;
-    if (!walk && rack.value < policies_at_location_.size()) walk = HasLiveMaintenance(policies_at_location_[rack.value]);
-    if (!walk && !policies_at_node_.empty()) {
-      if (auto it = policies_at_node_.find(i); it != policies_at_node_.end()) walk = HasLiveMaintenance(it->second);
-    }
+    const bool walk = s.in_maint || s.base_floor < before || (s.base_floor == before && after < before) ||
+                      !rack.valid() || topo_.location(rack).parent != row;
     if (walk) {
       RecomputeFloor(n);
     } else {
