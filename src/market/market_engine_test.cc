@@ -335,8 +335,8 @@ TEST_F(EngineTest, MaintenanceNoticesOneGraceBeforeStart) {
 // (DESIGN.md 3 rule 8); a node taken inside the notice phase is noticed as it is taken. The
 // engine used to re-schedule the window without re-flooring its nodes: nothing noticed them
 // before the start, so the holder was evicted at the start with no grace at all (here at
-// 1000 s). The power-cap step when b takes n2 (RefloorPowerStep walks nodes under a window)
-// gives n1 no second notice.
+// 1000 s). The power-cap step when b takes n2 (RefloorPowerStep walks a node with a noticed
+// start) gives n1 no second notice.
 TEST_F(EngineTest, GraceRaisedPastANoticeTimeNoticesAtOnce) {
   NodeId n1 = Add("n1");
   NodeId n2 = Add("n2");
@@ -375,9 +375,9 @@ TEST_F(EngineTest, GraceRaisedPastANoticeTimeNoticesAtOnce) {
 }
 
 // A lowered grace takes back no maintenance notice already sent (3b: deadlines already set
-// stand), not even at a power-cap step's re-flooring of the row, which walks a node under a
-// live window (RefloorPowerStep), where RecomputeFloor keeps the noticed start. The engine
-// used to end the contest at the step and notice the holder again at the new notice time.
+// stand), not even at a power-cap step's re-flooring of the row, which walks a node with a
+// noticed start (RefloorPowerStep), where RecomputeFloor keeps it. The engine used to end
+// the contest at the step and notice the holder again at the new notice time.
 TEST_F(EngineTest, LoweredGraceKeepsANoticeThroughAPowerCapStep) {
   NodeId n1 = Add("n1");
   Add("n2");
