@@ -52,6 +52,14 @@ class EngineTest : public ::testing::Test {
   }
   VertexId Vx(std::string_view name) { return *engine_->topology().FindVertex(name); }
   NodeView NodeAt(NodeId n) { return *engine_->GetNode(n); }
+  // A staircase power cap on row r1 (where Add puts every node), added at time 0.
+  void AddRowCap(int64_t cap_w, std::vector<std::pair<Ppm, Price>> steps) {
+    PowerCapSpec cap;
+    cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
+    cap.cap_w = cap_w;
+    cap.steps = std::move(steps);
+    ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  }
 
   std::unique_ptr<MarketEngine> engine_;
   Recorder rec_;
@@ -346,11 +354,7 @@ TEST_F(EngineTest, GraceRaisedPastANoticeTimeNoticesAtOnce) {
     tgt.node = n;
     ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
   }
-  PowerCapSpec cap;
-  cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
-  cap.cap_w = 2000;
-  cap.steps = {{500'000, kUnit}};  // Half the cap held: a floor of 1/h.
-  ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  AddRowCap(2000, {{500'000, kUnit}});  // Half the cap held: a floor of 1/h.
   ASSERT_TRUE(engine_->PlaceOrder(100 * kSec, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
   ASSERT_EQ(NodeAt(n1).status, NodeStatus::kHeld);
   ASSERT_EQ(rec_.Count(EventType::kNotice), 0);
@@ -388,11 +392,7 @@ TEST_F(EngineTest, LoweredGraceKeepsANoticeThroughAPowerCapStep) {
   FloorTarget tgt;
   tgt.node = n1;
   ASSERT_TRUE(engine_->AddPolicy(0, MaintenanceSpec{tgt, 1000 * kSec, 2000 * kSec}).ok());
-  PowerCapSpec cap;
-  cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
-  cap.cap_w = 2000;
-  cap.steps = {{1'000'000, kUnit}};  // Both nodes held: a floor of 1/h.
-  ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  AddRowCap(2000, {{1'000'000, kUnit}});  // Both nodes held: a floor of 1/h.
   ASSERT_TRUE(engine_->PlaceOrder(100 * kSec, a, OrderSpec{Vx("n1"), 5 * kUnit}).ok());
   ASSERT_TRUE(engine_->Advance(400 * kSec).ok());  // The notice phase begins.
   ASSERT_EQ(NodeAt(n1).status, NodeStatus::kContested);
@@ -425,11 +425,7 @@ TEST_F(EngineTest, PowerCapStepsSetTheFloorsOfEveryPolicy) {
     tgt.node = n[i];
     ASSERT_TRUE(engine_->AddPolicy(0, StaticFloorSpec{tgt, fixed[i]}).ok());
   }
-  PowerCapSpec cap;
-  cap.row = *engine_->topology().FindLocation("eu/eu-1a/r1");
-  cap.cap_w = 4000;
-  cap.steps = {{250'000, kUnit}, {500'000, 2 * kUnit}};  // One node held: 1/h; two: 2/h.
-  ASSERT_TRUE(engine_->AddPolicy(0, cap).ok());
+  AddRowCap(4000, {{250'000, kUnit}, {500'000, 2 * kUnit}});  // One node held: 1/h; two: 2/h.
   auto expect_floors = [&](Price cap_floor, Micros t) {
     for (int i = 0; i < 4; ++i) {
       if (NodeAt(n[i]).holder.valid()) continue;  // A held node's floor is its holder's matter.
