@@ -566,7 +566,104 @@ struct BenchFlags {
   int window = 256;
   int batch = 1;  // Stream mode: most updates per message (1: one update per message).
   std::string mode = "stream";
+  // Stream mode: updates per second over all tenants on a fixed schedule (open
+  // loop), latency from each update's scheduled time; 0 sends whenever the
+  // window has room (closed loop).
+  double rate = 0;
 };
+
+// One StreamUpdates stream of an open-loop run (--rate): a sender thread sends
+// this tenant's messages at their scheduled times, each of --batch updates (a
+// tenant that re-prices its orders once per tick sends them together), one
+// message every batch x tenants / rate seconds, and this thread reads the
+// acks. An update's latency runs from its message's scheduled time, not from
+// when it was sent: a sender that falls behind (a full window, a late
+// wake-up, a slow server) adds its lateness to the updates that waited, as a
+// real client's would, instead of hiding it by sending less (coordinated
+// omission). `next_due` is the tenant's place in its schedule (messages),
+// kept across failovers. Returns why the stream failed, or "" when it ended
+// at `until`.
+template <typename Stub, typename OnError>
+std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order, const BenchFlags& b,
+                           std::chrono::steady_clock::time_point phase, std::chrono::steady_clock::time_point until,
+                           uint64_t* next_due, std::vector<double>* lat_ms, OnError&& error) {
+  using Clock = std::chrono::steady_clock;
+  const double interval_ns = 1e9 * b.batch * b.tenants / b.rate;
+  auto due = [&](uint64_t k) {
+    return phase + std::chrono::nanoseconds(static_cast<int64_t>(interval_ns * static_cast<double>(k)));
+  };
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + token);
+  auto stream = stub.StreamUpdates(&ctx);
+  const size_t ring = 1 << 16;  // More than the server's window of 4096 unacknowledged.
+  std::vector<std::atomic<int64_t>> sent(ring);  // By tag: the update's scheduled time (ns on Clock).
+  std::atomic<uint64_t> acked{0};
+  std::atomic<bool> stop{false};
+  uint64_t next = 0;  // Tags on this stream; the sender's until it is joined.
+  bool write_failed = false;
+  std::thread sender([&] {
+    const int64_t price_base = 10 * kMicroUnits;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const auto now = Clock::now();
+      if (now >= until) break;
+      if (due(*next_due) > now) {
+        std::this_thread::sleep_until(std::min(due(*next_due), until));
+        continue;
+      }
+      if (next + static_cast<uint64_t>(b.batch) - acked.load(std::memory_order_acquire) > static_cast<uint64_t>(b.window)) {
+        // The window has no room for the message: it waits, and its latency counts the wait.
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
+      }
+      const int64_t at = due(*next_due).time_since_epoch().count();
+      pb::UpdateOrderRequest q;
+      for (int n = 0; n < b.batch; ++n) {
+        pb::UpdateOrderRequest* u = b.batch > 1 ? q.add_updates() : &q;
+        u->set_tag(next);
+        u->set_order(order);
+        u->set_price(price_base + static_cast<int64_t>(next % 100));
+        sent[next % ring].store(at, std::memory_order_release);
+        ++next;
+      }
+      ++*next_due;
+      if (!stream->Write(q)) {
+        write_failed = true;
+        break;
+      }
+    }
+    stream->WritesDone();
+  });
+  std::string refused;  // A follower's (or stepped-down replica's) UNAVAILABLE: go elsewhere.
+  pb::UpdateOrderResponse r;
+  while (stream->Read(&r)) {
+    const auto now = Clock::now();
+    auto one = [&](const pb::UpdateOrderResponse& a) {
+      if (a.code() != 0) {
+        error(1, "ack of update " + std::to_string(a.tag()) + ": code " + std::to_string(a.code()) + ": " + a.message());
+      } else {
+        const Clock::time_point at{Clock::duration(sent[a.tag() % ring].load(std::memory_order_acquire))};
+        lat_ms->push_back(std::chrono::duration<double, std::milli>(now - at).count());
+      }
+      acked.fetch_add(1, std::memory_order_release);
+      if (a.code() == static_cast<int>(grpc::StatusCode::UNAVAILABLE) && refused.empty()) refused = a.message();
+    };
+    if (r.acks_size() == 0) one(r);
+    for (const auto& a : r.acks()) one(a);
+    if (!refused.empty()) {
+      ctx.TryCancel();  // The sender's next Write fails; the stream is closed below.
+      break;
+    }
+  }
+  stop.store(true, std::memory_order_relaxed);
+  sender.join();
+  grpc::Status g = stream->Finish();
+  std::string failure = !refused.empty() ? refused : g.ok() ? "" : g.error_message();
+  const uint64_t lost = next - acked.load();
+  error(lost, std::to_string(lost) + " updates sent and never acknowledged; the stream ended with code " +
+                  std::to_string(g.error_code()) + (g.ok() ? "" : ": " + g.error_message()) +
+                  (write_failed ? " (a write of the stream failed)" : ""));
+  return failure;
+}
 
 int RunBenchServer(const BenchFlags& b) {
   const bool as_json = b.client.json;
@@ -658,9 +755,14 @@ int RunBenchServer(const BenchFlags& b) {
   auto t0 = std::chrono::steady_clock::now();
   auto until = t0 + std::chrono::milliseconds(static_cast<int64_t>(b.seconds * 1000));
   std::vector<std::thread> threads;
-  for (auto& w : workers) {
-    threads.emplace_back([&w, &b, &first, until] {
+  // Open loop: tenant i's k-th update is due at t0 + (i / tenants + k) / (rate / tenants).
+  const std::chrono::nanoseconds interval(b.rate > 0 ? static_cast<int64_t>(1e9 * b.tenants / b.rate) : 0);
+  for (size_t ti = 0; ti < workers.size(); ++ti) {
+    Worker& w = workers[ti];
+    const auto phase = t0 + interval * static_cast<int64_t>(ti) / b.tenants;
+    threads.emplace_back([&w, &b, &first, until, phase] {
       server::Endpoints eps(first);
+      uint64_t next_due = 0;  // Open loop: the next update of the schedule (kept across failovers).
       w.lat_ms.reserve(1 << 20);
       int64_t price_base = 10 * kMicroUnits;
       while (std::chrono::steady_clock::now() < until) {
@@ -707,6 +809,9 @@ int RunBenchServer(const BenchFlags& b) {
               break;
             }
           }
+        } else if (b.rate > 0) {
+          failure = OpenLoopStream(*stub, w.token, w.order, b, phase, until, &next_due, &w.lat_ms,
+                                   [&w](uint64_t n, const std::string& what) { w.Error(n, what); });
         } else {
           grpc::ClientContext ctx;
           ctx.AddMetadata("authorization", "Bearer " + w.token);
@@ -809,6 +914,8 @@ int RunBenchServer(const BenchFlags& b) {
               {"durable", true},
               {"mode", b.mode == "unary" ? "unary UpdateOrder" : "bidirectional StreamUpdates"},
               {"window", b.mode == "unary" ? 1 : b.window},
+              {"offered_per_sec", b.rate},
+              {"latency_from", b.rate > 0 ? "scheduled send time" : "send"},
               {"batch", b.mode == "unary" ? 1 : std::max(b.batch, 1)},
               {"tenants", b.tenants},
               {"seconds", wall},
@@ -821,6 +928,7 @@ int RunBenchServer(const BenchFlags& b) {
   if (as_json) {
     std::cout << out.dump() << "\n";
   } else {
+    if (b.rate > 0) std::printf("open loop: %.0f updates/s offered, latency from each update's scheduled time\n", b.rate);
     std::printf("%s (up to %d updates per message), %d tenants, %.1f s: %.0f durable updates/s, p50 %.3f ms, p99 %.3f ms, %llu errors; "
                 "load generator used %.2f cores (%.0f%% of the machine)\n",
                 out["mode"].get<std::string>().c_str(), out["batch"].get<int>(), b.tenants, wall, out["updates_per_sec"].get<double>(),
@@ -1673,7 +1781,27 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
         ->check(CLI::Range(1, 4096));
     cmd->add_option("--mode", b.mode, "stream (bidirectional StreamUpdates) or unary (UpdateOrder)")
         ->check(CLI::IsMember({"stream", "unary"}));
-    cmd->callback([exit_code] { *exit_code = RunBenchServer(b); });
+    cmd->add_option("--rate", b.rate,
+                    "Stream mode: offer this many updates per second over all tenants on a fixed schedule (open "
+                    "loop: each tenant sends a message of --batch updates every batch x tenants / rate seconds; "
+                    "latency from the message's scheduled time); 0 sends whenever the window has room")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e7));
+    cmd->callback([exit_code] {
+      if (b.rate > 0 && b.mode == "unary") {
+        // A unary caller has one update in flight: it cannot keep a schedule.
+        *exit_code = Fail(b.client.json, grpc::StatusCode::INVALID_ARGUMENT,
+                          "--rate: an open-loop schedule needs --mode stream (a unary tenant has one update in flight)");
+        return;
+      }
+      if (b.rate > 0 && b.batch > b.window) {
+        *exit_code = Fail(b.client.json, grpc::StatusCode::INVALID_ARGUMENT,
+                          "--batch: with --rate each message carries --batch updates, which must fit the window (--window " +
+                              std::to_string(b.window) + ")");
+        return;
+      }
+      *exit_code = RunBenchServer(b);
+    });
   }
 
   // ---- agent: one tenant's EconAdapter with a ready strategy ----

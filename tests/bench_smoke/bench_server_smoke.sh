@@ -32,8 +32,8 @@ for _ in $(seq 1 200); do
 done
 [ -n "$addr" ] || { echo "bench_server_smoke.sh: server did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
 
-check() {  # FILE MODE: the JSON of one run
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+check() {  # FILE MODE [RATE]: the JSON of one run
+  /usr/bin/python3 - "$@" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 want = sys.argv[2]
@@ -41,6 +41,15 @@ for k in ("updates_per_sec", "p50_ms", "p99_ms", "p999_ms", "durable", "mode", "
           "seconds", "acknowledged", "errors", "first_error", "loadgen_cpu_cores", "loadgen_cpu_share", "machine_cores"):
     assert k in d, f"missing field {k}: {d}"
 assert d["mode"] == want, d["mode"]
+rate = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+assert d["offered_per_sec"] == rate, d
+assert d["latency_from"] == ("scheduled send time" if rate > 0 else "send"), d
+if rate > 0:
+    # Open loop: the schedule sets how many are sent (all of them are acknowledged, errors are 0
+    # below); a sender that falls behind catches up, so about rate x seconds, never more than
+    # one message per tenant beyond it.
+    expected = rate * 0.5
+    assert 0.5 * expected <= d["acknowledged"] <= expected + d["batch"] * d["tenants"], (expected, d)
 assert d["acknowledged"] > 0 and d["updates_per_sec"] > 0, d
 assert d["errors"] == 0 and d["first_error"] == "", d
 assert 0 < d["p50_ms"] <= d["p99_ms"] <= d["p999_ms"], d
@@ -53,3 +62,21 @@ check "$work/stream.json" "bidirectional StreamUpdates"
 "$laissez" bench server --server "$addr" --token-file "$work/m.db.admin-token" --tenants 2 --seconds 0.5 \
   --mode unary --json > "$work/unary.json"
 check "$work/unary.json" "unary UpdateOrder"
+"$laissez" bench server --server "$addr" --token-file "$work/m.db.admin-token" --tenants 2 --seconds 0.5 \
+  --window 16 --batch 4 --rate 2000 --json > "$work/open.json"
+check "$work/open.json" "bidirectional StreamUpdates" 2000
+
+# An open-loop schedule is refused where it cannot be kept, naming the flag.
+refused() {  # WANT_FLAG ARGS...: exit 2, and the error names the flag
+  want="$1"; shift
+  set +e
+  "$laissez" bench server --server "$addr" --token-file "$work/m.db.admin-token" --seconds 0.5 "$@" --json \
+    > "$work/refused.json" 2>/dev/null
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { echo "bench server $*: exit $rc, want 2" >&2; exit 1; }
+  grep -q "\"message\":\"$want" "$work/refused.json" || { echo "bench server $*: error does not name $want:" >&2; cat "$work/refused.json" >&2; exit 1; }
+}
+refused --rate --mode unary --rate 100
+refused --batch --window 4 --batch 8 --rate 100
+echo "open loop refused where it cannot be kept"
