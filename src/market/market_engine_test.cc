@@ -637,6 +637,59 @@ TEST(EngineDecay, ARestartedDecayIsFollowedAtEveryStep) {
   }
 }
 
+// A time step that finds no node's wake due returns at once (issue 12: decay_quiet_until_,
+// the least wake after the last pass). Here n0's decayed floor rests on a policy floor, its
+// wake the decay's end about an hour away, and within that quiet time n1 starts to decay and
+// n0's policy goes: each clears a wake, and the next step must visit the node. At every
+// millisecond the quote at each free node (the index's key) is its floor.
+TEST(EngineDecay, AQuietStepStillVisitsANewOrChangedDecay) {
+  MarketParams p;
+  p.decay_beta = 1'000;  // One micro-unit a millisecond.
+  MarketEngine e(p);
+  auto info = [](const char* name) { return topology::NodeInfo{name, "h100", "eu", "z", "r", "k", {8, 640, 1000}}; };
+  const NodeId n0 = *e.AddNode(0, info("n0"));
+  const NodeId n1 = *e.AddNode(0, info("n1"));
+  const TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  FloorTarget on_n0, on_n1;
+  on_n0.node = n0;
+  on_n1.node = n1;
+  const PolicyId f0 = *e.AddPolicy(0, StaticFloorSpec{on_n0, 4 * kMicroUnits});
+  const PolicyId f1 = *e.AddPolicy(0, StaticFloorSpec{on_n1, 4 * kMicroUnits});
+  const VertexId leaf0 = e.topology().node(n0).leaf, leaf1 = e.topology().node(n1).leaf;
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf0, 10 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf1, 10 * kMicroUnits}).ok());
+  ASSERT_EQ(e.GetNode(n0)->holder, a);
+  ASSERT_EQ(e.GetNode(n1)->holder, a);
+  constexpr Micros kS = kMicrosPerSecond, kMs = kMicrosPerSecond / 1000;
+  // n0 released at 4/h; its floor rests 3 micro-units lower on a policy floor from 3 ms on.
+  Micros t = kS;
+  ASSERT_TRUE(e.Relinquish(t, a, n0).ok());
+  ASSERT_TRUE(e.RemovePolicy(t, f0).ok());
+  const PolicyId rest = *e.AddPolicy(t, StaticFloorSpec{on_n0, 4 * kMicroUnits - 3});
+  auto steps = [&](int count) {
+    for (int k = 0; k < count; ++k) {
+      t += kMs;
+      ASSERT_TRUE(e.Advance(t).ok());
+      ASSERT_EQ(e.Quote(leaf0)->quote, e.GetNode(n0)->floor) << t;
+      if (!e.GetNode(n1)->holder.valid()) {
+        ASSERT_EQ(e.Quote(leaf1)->quote, e.GetNode(n1)->floor) << t;
+      }
+    }
+  };
+  steps(10);
+  ASSERT_EQ(e.GetNode(n0)->floor, 4 * kMicroUnits - 3);
+  // Within n0's quiet time: n1 released at 4/h, no floor under it, decays from the next step.
+  ASSERT_TRUE(e.RemovePolicy(t, f1).ok());
+  ASSERT_TRUE(e.Relinquish(t, a, n1).ok());
+  steps(20);
+  ASSERT_EQ(e.GetNode(n1)->floor, 4 * kMicroUnits - 20);
+  // n0's resting policy goes: its floor is its decayed one again, 30 below what it paid.
+  ASSERT_TRUE(e.RemovePolicy(t, rest).ok());
+  steps(20);
+  EXPECT_EQ(e.GetNode(n0)->floor, 4 * kMicroUnits - 50);
+  EXPECT_EQ(e.GetNode(n1)->floor, 4 * kMicroUnits - 40);
+}
+
 // A free node whose floor decays is re-keyed in the index's trees as its
 // floor moves: quotes and searches must see it at its decayed floor, below a
 // node with a fixed floor once it passes it (issue 12: a cheaper way to keep

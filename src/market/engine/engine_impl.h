@@ -1478,14 +1478,23 @@ class MarketEngine::Impl {
   };
   std::vector<DecayWake> decay_wake_;
   uint64_t decay_wake_generation_ = 0;  // The index generation the entries were set at.
+  // The least `until` over the nodes of decaying_ after RefreshDecay's last pass, if that pass
+  // left every node of the list running with its wake set and nothing cleared a wake since;
+  // else kDecayQuietNone. Before it, with the index current as then, a pass would skip every
+  // visit and keep every entry, so RefreshDecay returns at once (issue 12: about two in three
+  // time steps of the stress replay). Not in snapshots: a restored engine starts with none.
+  static constexpr Micros kDecayQuietNone = std::numeric_limits<Micros>::min();
+  Micros decay_quiet_until_ = kDecayQuietNone;
   void DecayInputsChanged() {
     decay_next_valid_ = false;
     std::fill(decay_wake_.begin(), decay_wake_.end(), DecayWake{});
+    decay_quiet_until_ = kDecayQuietNone;
   }
   // Node n's own inputs changed: only its crossing is recomputed.
   void DecayInputsChanged(NodeId n) {
     if (n.value < decay_cross_.size()) decay_cross_[n.value] = kCrossUnknown;
     if (n.value < decay_wake_.size()) decay_wake_[n.value] = DecayWake{};
+    decay_quiet_until_ = kDecayQuietNone;
     decay_node_changed_ = true;
   }
 
