@@ -690,6 +690,29 @@ TEST(EngineDecay, AQuietStepStillVisitsANewOrChangedDecay) {
   EXPECT_EQ(e.GetNode(n1)->floor, 4 * kMicroUnits - 40);
 }
 
+// The next decay crossing follows every book change since the engine last looked (issue 12:
+// NextDecay reads the changed books' ranges once for all the decaying nodes). Three changes
+// in a row, the last one the resting order that decides the crossing: the node's leaf gets a
+// price above the one at the type's root.
+TEST(EngineDecay, TheNextCrossingFollowsTheLastBookChange) {
+  MarketParams p;
+  p.decay_beta = kMicroUnits / 10;  // 0.1 per second: from 4/h at 1 s, 3/h at 11 s, 2/h at 21 s.
+  MarketEngine e(p);
+  const DecayStart d = HeldAtFourThenReleased(e);
+  constexpr Micros kS = kMicrosPerSecond;
+  const TenantId c = *e.CreateTenant(2 * kS, "c", 1000 * kMicroUnits);
+  const VertexId root = e.topology().TypeRoot(TypeId(0));
+  const VertexId leaf = e.topology().node(d.n).leaf;
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, d.b, OrderSpec{root, 2 * kMicroUnits}).ok());
+  EXPECT_EQ(e.NextEventTime(), 21 * kS);
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, c, OrderSpec{root, kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, c, OrderSpec{root, kMicroUnits / 2}).ok());
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, d.a, OrderSpec{leaf, 3 * kMicroUnits}).ok());
+  EXPECT_EQ(e.NextEventTime(), 11 * kS);
+  ASSERT_TRUE(e.Advance(12 * kS).ok());
+  EXPECT_EQ(e.GetNode(d.n)->holder, d.a);
+}
+
 // A free node whose floor decays is re-keyed in the index's trees as its
 // floor moves: quotes and searches must see it at its decayed floor, below a
 // node with a fixed floor once it passes it (issue 12: a cheaper way to keep
