@@ -1439,7 +1439,9 @@ class MarketEngine::Impl {
         const auto [lo, hi] = topo_.Range(v);
         const ChangedRange x{V(v).type.value, lo, hi};
         bool seen = false;
-        for (size_t k = 0; k < changes; ++k) seen = seen || (changed[k].type == x.type && changed[k].lo == x.lo && changed[k].hi == x.hi);
+        for (size_t k = 0; k < changes; ++k) {
+          seen = seen || (changed[k].type == x.type && changed[k].lo == x.lo && changed[k].hi == x.hi);
+        }
         if (!seen) changed[changes++] = x;
       }
     }
