@@ -637,6 +637,82 @@ TEST(EngineDecay, ARestartedDecayIsFollowedAtEveryStep) {
   }
 }
 
+// A time step that finds no node's wake due returns at once (issue 12: decay_quiet_until_,
+// the least wake after the last pass). Here n0's decayed floor rests on a policy floor, its
+// wake the decay's end about an hour away, and within that quiet time n1 starts to decay and
+// n0's policy goes: each clears a wake, and the next step must visit the node. At every
+// millisecond the quote at each free node (the index's key) is its floor.
+TEST(EngineDecay, AQuietStepStillVisitsANewOrChangedDecay) {
+  MarketParams p;
+  p.decay_beta = 1'000;  // One micro-unit a millisecond.
+  MarketEngine e(p);
+  auto info = [](const char* name) { return topology::NodeInfo{name, "h100", "eu", "z", "r", "k", {8, 640, 1000}}; };
+  const NodeId n0 = *e.AddNode(0, info("n0"));
+  const NodeId n1 = *e.AddNode(0, info("n1"));
+  const TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+  FloorTarget on_n0, on_n1;
+  on_n0.node = n0;
+  on_n1.node = n1;
+  const PolicyId f0 = *e.AddPolicy(0, StaticFloorSpec{on_n0, 4 * kMicroUnits});
+  const PolicyId f1 = *e.AddPolicy(0, StaticFloorSpec{on_n1, 4 * kMicroUnits});
+  const VertexId leaf0 = e.topology().node(n0).leaf, leaf1 = e.topology().node(n1).leaf;
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf0, 10 * kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf1, 10 * kMicroUnits}).ok());
+  ASSERT_EQ(e.GetNode(n0)->holder, a);
+  ASSERT_EQ(e.GetNode(n1)->holder, a);
+  constexpr Micros kS = kMicrosPerSecond, kMs = kMicrosPerSecond / 1000;
+  // n0 released at 4/h; its floor rests 3 micro-units lower on a policy floor from 3 ms on.
+  Micros t = kS;
+  ASSERT_TRUE(e.Relinquish(t, a, n0).ok());
+  ASSERT_TRUE(e.RemovePolicy(t, f0).ok());
+  const PolicyId rest = *e.AddPolicy(t, StaticFloorSpec{on_n0, 4 * kMicroUnits - 3});
+  auto steps = [&](int count) {
+    for (int k = 0; k < count; ++k) {
+      t += kMs;
+      ASSERT_TRUE(e.Advance(t).ok());
+      ASSERT_EQ(e.Quote(leaf0)->quote, e.GetNode(n0)->floor) << t;
+      if (!e.GetNode(n1)->holder.valid()) {
+        ASSERT_EQ(e.Quote(leaf1)->quote, e.GetNode(n1)->floor) << t;
+      }
+    }
+  };
+  steps(10);
+  ASSERT_EQ(e.GetNode(n0)->floor, 4 * kMicroUnits - 3);
+  // Within n0's quiet time: n1 released at 4/h, no floor under it, decays from the next step.
+  ASSERT_TRUE(e.RemovePolicy(t, f1).ok());
+  ASSERT_TRUE(e.Relinquish(t, a, n1).ok());
+  steps(20);
+  ASSERT_EQ(e.GetNode(n1)->floor, 4 * kMicroUnits - 20);
+  // n0's resting policy goes: its floor is its decayed one again, 30 below what it paid.
+  ASSERT_TRUE(e.RemovePolicy(t, rest).ok());
+  steps(20);
+  EXPECT_EQ(e.GetNode(n0)->floor, 4 * kMicroUnits - 50);
+  EXPECT_EQ(e.GetNode(n1)->floor, 4 * kMicroUnits - 40);
+}
+
+// The next decay crossing follows every book change since the engine last looked (issue 12:
+// NextDecay reads the changed books' ranges once for all the decaying nodes). Three changes
+// in a row, the last one the resting order that decides the crossing: the node's leaf gets a
+// price above the one at the type's root.
+TEST(EngineDecay, TheNextCrossingFollowsTheLastBookChange) {
+  MarketParams p;
+  p.decay_beta = kMicroUnits / 10;  // 0.1 per second: from 4/h at 1 s, 3/h at 11 s, 2/h at 21 s.
+  MarketEngine e(p);
+  const DecayStart d = HeldAtFourThenReleased(e);
+  constexpr Micros kS = kMicrosPerSecond;
+  const TenantId c = *e.CreateTenant(2 * kS, "c", 1000 * kMicroUnits);
+  const VertexId root = e.topology().TypeRoot(TypeId(0));
+  const VertexId leaf = e.topology().node(d.n).leaf;
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, d.b, OrderSpec{root, 2 * kMicroUnits}).ok());
+  EXPECT_EQ(e.NextEventTime(), 21 * kS);
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, c, OrderSpec{root, kMicroUnits}).ok());
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, c, OrderSpec{root, kMicroUnits / 2}).ok());
+  ASSERT_TRUE(e.PlaceOrder(2 * kS, d.a, OrderSpec{leaf, 3 * kMicroUnits}).ok());
+  EXPECT_EQ(e.NextEventTime(), 11 * kS);
+  ASSERT_TRUE(e.Advance(12 * kS).ok());
+  EXPECT_EQ(e.GetNode(d.n)->holder, d.a);
+}
+
 // A free node whose floor decays is re-keyed in the index's trees as its
 // floor moves: quotes and searches must see it at its decayed floor, below a
 // node with a fixed floor once it passes it (issue 12: a cheaper way to keep

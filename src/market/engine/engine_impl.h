@@ -1428,10 +1428,27 @@ class MarketEngine::Impl {
     const bool all = !decay_next_valid_ || decay_next_topo_ != topo_.generation() ||
                      books - decay_next_books_ > BookTable::kRecent;
     if (decay_cross_.size() < nodes_.size()) decay_cross_.resize(nodes_.size(), kCrossUnknown);
+    // The books changed since the last look, each vertex's type and leaf range read once for
+    // all the nodes (issue 12: each node read every change's vertex, about 2M times in the
+    // stress replay). Without `all`, the topology is as then: its ranges are current.
+    ChangedRange changed[BookTable::kRecent];
+    size_t changes = 0;
+    if (!all) {
+      for (uint64_t g = decay_next_books_ + 1; g <= books; ++g) {
+        const VertexId v(books_.changed_at(g));
+        const auto [lo, hi] = topo_.Range(v);
+        const ChangedRange x{V(v).type.value, lo, hi};
+        bool seen = false;
+        for (size_t k = 0; k < changes; ++k) {
+          seen = seen || (changed[k].type == x.type && changed[k].lo == x.lo && changed[k].hi == x.hi);
+        }
+        if (!seen) changed[changes++] = x;
+      }
+    }
     Micros best = kNever;
     for (uint32_t i : decaying_) {
       Micros& c = decay_cross_[i];
-      if (all || c == kCrossUnknown || c <= now_ || BookChangedAbove(i, decay_next_books_, books)) {
+      if (all || c == kCrossUnknown || c <= now_ || ChangedAbove(i, changed, changes)) {
         c = DecayCrossing(i);
       }
       best = std::min(best, c);
@@ -1443,16 +1460,17 @@ class MarketEngine::Impl {
     decay_next_topo_ = topo_.generation();
     return decay_next_;
   }
-  // True if a book changed in Mutable calls (from, to] at a vertex above node i.
-  bool BookChangedAbove(uint32_t i, uint64_t from, uint64_t to) const {
-    if (from == to) return false;
-    const TypeId type = nodes_[i].type;
-    uint32_t leaf = topo_.LeafIndex(NodeId(i));
-    for (uint64_t g = from + 1; g <= to; ++g) {
-      VertexId v(books_.changed_at(g));
-      if (V(v).type != type) continue;
-      auto [lo, hi] = topo_.Range(v);
-      if (lo <= leaf && leaf < hi) return true;
+  // A changed book's vertex: its type and its range of leaves.
+  struct ChangedRange {
+    uint32_t type, lo, hi;
+  };
+  // True if one of the `count` changed books is at a vertex above node i.
+  bool ChangedAbove(uint32_t i, const ChangedRange* changed, size_t count) const {
+    if (count == 0) return false;
+    const uint32_t type = nodes_[i].type.value;
+    const uint32_t leaf = topo_.LeafIndex(NodeId(i));
+    for (size_t k = 0; k < count; ++k) {
+      if (changed[k].type == type && changed[k].lo <= leaf && leaf < changed[k].hi) return true;
     }
     return false;
   }
@@ -1478,14 +1496,23 @@ class MarketEngine::Impl {
   };
   std::vector<DecayWake> decay_wake_;
   uint64_t decay_wake_generation_ = 0;  // The index generation the entries were set at.
+  // The least `until` over the nodes of decaying_ after RefreshDecay's last pass, if that pass
+  // left every node of the list running with its wake set and nothing cleared a wake since;
+  // else kDecayQuietNone. Before it, with the index current as then, a pass would skip every
+  // visit and keep every entry, so RefreshDecay returns at once (issue 12: about two in three
+  // time steps of the stress replay). Not in snapshots: a restored engine starts with none.
+  static constexpr Micros kDecayQuietNone = std::numeric_limits<Micros>::min();
+  Micros decay_quiet_until_ = kDecayQuietNone;
   void DecayInputsChanged() {
     decay_next_valid_ = false;
     std::fill(decay_wake_.begin(), decay_wake_.end(), DecayWake{});
+    decay_quiet_until_ = kDecayQuietNone;
   }
   // Node n's own inputs changed: only its crossing is recomputed.
   void DecayInputsChanged(NodeId n) {
     if (n.value < decay_cross_.size()) decay_cross_[n.value] = kCrossUnknown;
     if (n.value < decay_wake_.size()) decay_wake_[n.value] = DecayWake{};
+    decay_quiet_until_ = kDecayQuietNone;
     decay_node_changed_ = true;
   }
 

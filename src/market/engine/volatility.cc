@@ -121,16 +121,25 @@ void MarketEngine::Impl::RefreshDecay() {
     if (decay_wake_generation_ != index_generation_) {
       // A rebuilt index: entries of the old one are not relied on.
       std::fill(decay_wake_.begin(), decay_wake_.end(), DecayWake{});
+      decay_quiet_until_ = kDecayQuietNone;
       decay_wake_generation_ = index_generation_;
     }
     if (decay_wake_.size() < nodes_.size()) decay_wake_.resize(nodes_.size());
+    // No node's wake has come and none was cleared since the last pass: every visit would be
+    // skipped, every entry kept (decay_quiet_until_).
+    if (now_ < decay_quiet_until_) return;
   }
+  // Stays so through the pass unless a visit clears a wake (StopDecay); then the next pass
+  // visits as usual.
+  decay_quiet_until_ = kNever;
+  Micros least = kNever;  // The least wake of the nodes kept.
   size_t w = 0;
   for (size_t r = 0; r < decaying_.size(); ++r) {
     uint32_t i = decaying_[r];
     NodeState& s = nodes_[i];
     bool active = s.alive && s.decaying && !s.holder.valid() && s.order_slot == UINT32_MAX;
     if (active && index_current && now_ < decay_wake_[i].until && s.base_floor == decay_wake_[i].base) {
+      least = std::min(least, decay_wake_[i].until);
       decaying_[w++] = i;  // Still running, its key current: nothing to do (decay_wake_).
       continue;
     }
@@ -158,6 +167,7 @@ void MarketEngine::Impl::RefreshDecay() {
             until = t >= kNever ? kNever : static_cast<Micros>(t);
           }
           decay_wake_[i] = DecayWake{until, s.base_floor};
+          least = std::min(least, until);
         }
       } else {
         refreshing_decay_ = true;
@@ -172,6 +182,8 @@ void MarketEngine::Impl::RefreshDecay() {
     }
   }
   decaying_.resize(w);
+  // A node kept by the pass without its wake set (the index not current) must be visited again.
+  if (decay_quiet_until_ == kNever) decay_quiet_until_ = index_current ? least : kDecayQuietNone;
 }
 
 // RefreshNode of live free decaying node n, whose floor (and so its obtain
