@@ -804,7 +804,7 @@ class SlotPrices {
 // 7.3 B an order at the retention benchmark. The data pointer points into
 // the record while the slots are inline, so that an append, a pop and a
 // read cost what a std::vector's do (a test of where the slots are cost
-// Place 5 instructions); a move sets it anew.
+// Place 5.5 instructions); a move sets it anew.
 class SlotList {
  public:
   static constexpr uint32_t kInline = 14;
