@@ -405,6 +405,61 @@ TEST_F(ScenarioTest, ClippingStepsTheEffectivePricePerInterval) {
   Check();
 }
 
+// The requested price lives apart from the order's record while a clip holds
+// the effective price below it (issue 12): updates move it, a restore keeps
+// it, and a slot reused after such an order starts without it.
+TEST_F(ScenarioTest, ClippedOrdersKeepTheirRequestedPrice) {
+  Make();
+  NodeId n0 = Node("n0");
+  TenantId a = Tenant("a"), b = Tenant("b");
+  Bid(0, a, Leaf(n0), 5 * U);
+  MarketParams p;
+  p.clip_alpha_ppm = 100'000;
+  p.clip_interval = 60 * S;
+  ASSERT_TRUE(e().SetParams(S, p).ok());
+  OrderId ob = Bid(10 * S, b, Leaf(n0), 10 * U);
+  EXPECT_EQ(O(ob).spec.price, 10 * U);
+  EXPECT_EQ(O(ob).effective_price, 5'500'002);
+  {
+    MarketEngine restored;
+    ASSERT_TRUE(restored.Restore(e().Snapshot()).ok());
+    auto v = restored.GetOrder(ob);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->spec.price, 10 * U);
+    EXPECT_EQ(v->effective_price, 5'500'002);
+    EXPECT_EQ(restored.Snapshot(), e().Snapshot());
+  }
+  Update(11 * S, b, ob, 12 * U);  // A raise the clip holds.
+  EXPECT_EQ(O(ob).spec.price, 12 * U);
+  EXPECT_LT(O(ob).effective_price, 12 * U);
+  Price clipped = O(ob).effective_price;
+  Update(12 * S, b, ob, 8 * U);  // Lowered, still above the effective price.
+  EXPECT_EQ(O(ob).spec.price, 8 * U);
+  EXPECT_EQ(O(ob).effective_price, clipped);
+  Check();
+  Update(13 * S, b, ob, 5 * U);  // Lowered below it: the two meet.
+  EXPECT_EQ(O(ob).spec.price, 5 * U);
+  EXPECT_EQ(O(ob).effective_price, 5 * U);
+  Update(14 * S, b, ob, 9 * U);  // Raised again: clipped again.
+  EXPECT_EQ(O(ob).spec.price, 9 * U);
+  EXPECT_LT(O(ob).effective_price, 9 * U);
+  Check();
+  ASSERT_TRUE(e().CancelOrder(15 * S, b, ob).ok());
+  requested_.erase(ob.value);
+  // The next order takes the cancelled one's slot; clipped, its own price.
+  OrderId oc = Bid(16 * S, b, Leaf(n0), 20 * U);
+  EXPECT_EQ(O(oc).spec.price, 20 * U);
+  EXPECT_LT(O(oc).effective_price, 20 * U);
+  Check();
+  // The clip lifts it step by step to its requested price, then no further.
+  AdvanceTo(16 * S + 3600 * S);
+  if (IsOpen(oc)) {
+    EXPECT_EQ(O(oc).spec.price, 20 * U);
+    EXPECT_LE(O(oc).effective_price, 20 * U);
+  }
+  Check();
+}
+
 TEST_F(ScenarioTest, MinimumHoldDelaysChallengersButNotFloors) {
   MarketParams p;
   p.min_hold = 30 * S;

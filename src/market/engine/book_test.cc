@@ -294,5 +294,58 @@ TEST(SlotTables, MatchAMapThroughInsertsErasesAndGrowth) {
   }
 }
 
+// A tenant's open-order list (SlotList, issue 12): inline up to kInline
+// slots, then on the heap, against a std::vector through appends, pops and
+// erases; and its data pointer, which points into the list itself while the
+// slots are inline, stays right when a vector of lists (Impl::tenants_)
+// moves them as it grows, and through copies.
+TEST(SlotListTest, MatchesAVectorInlineAndOnTheHeapAndThroughMoves) {
+  std::mt19937 rng(5);
+  std::vector<SlotList> lists;
+  std::vector<std::vector<uint32_t>> want;
+  for (uint32_t round = 0; round < 60; ++round) {
+    // Each new list moves the others (the vector reallocates now and then).
+    lists.emplace_back();
+    want.emplace_back();
+    for (size_t i = 0; i < lists.size(); ++i) {
+      SlotList& l = lists[i];
+      std::vector<uint32_t>& w = want[i];
+      uint32_t op = rng() % 6;  // Two appends in three: the early lists pass kInline.
+      if (op < 4 || w.empty()) {
+        uint32_t s = rng();
+        l.push_back(s);
+        w.push_back(s);
+      } else if (op == 4) {
+        l.pop_back();
+        w.pop_back();
+      } else {
+        size_t k = rng() % w.size();
+        l.erase(l.begin() + k);
+        w.erase(w.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      ASSERT_EQ(l.size(), w.size());
+      ASSERT_TRUE(std::equal(l.begin(), l.end(), w.begin(), w.end())) << "list " << i << " round " << round;
+      if (!w.empty()) {
+        EXPECT_EQ(l.back(), w.back());
+      }
+    }
+  }
+  // Lists past kInline went to the heap; copies and moves of both kinds.
+  size_t on_heap = 0;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    on_heap += want[i].size() > SlotList::kInline;
+    SlotList copy(lists[i]);
+    SlotList moved(std::move(copy));
+    moved.push_back(7);
+    want[i].push_back(7);
+    EXPECT_TRUE(std::equal(moved.begin(), moved.end(), want[i].begin(), want[i].end()));
+    lists[i] = moved;
+    EXPECT_TRUE(std::equal(lists[i].begin(), lists[i].end(), want[i].begin(), want[i].end()));
+    EXPECT_TRUE(copy.empty());
+  }
+  EXPECT_GT(on_heap, 0u);
+  EXPECT_LT(on_heap, lists.size());
+}
+
 }  // namespace
 }  // namespace laissez::market::engine_internal

@@ -588,10 +588,13 @@ struct OrderCold {
 // without padding, and the small ones share two bytes as bit-fields (issue
 // 12: 48 bytes, where a byte each and the effective scope took 56; the
 // effective scope differs from the scope only for an order with a locality
-// location, and lives in OrderCold then: Impl::EffScope).
+// location, and lives in OrderCold then: Impl::EffScope). 40 bytes (issue
+// 12): the requested price is the effective one but while clipping holds
+// the effective price below it (or an update moves one before the other),
+// and lives apart then (`apart`, Impl::Requested); it took 8 bytes of every
+// record.
 struct Order {
   OrderId id;
-  Price requested = 0;  // OrderSpec::price as placed, then as updated (Impl::placed_).
   Price effective = 0;
   uint64_t seq = 0;
   TenantId tenant;
@@ -605,12 +608,15 @@ struct Order {
   bool alive : 1 = true;
   bool has_cold : 1 = false;  // Has an entry in Impl::order_cold_.
   bool narrowed : 1 = false;  // Has a locality location: its effective scope is OrderCold::eff_scope.
+  // Its requested price (OrderSpec::price as placed, then as updated) differs
+  // from `effective` and is in Impl::requested_apart_ (or Impl::in_flight_).
+  bool apart : 1 = false;
   bool is_gang() const { return count > 1; }
   // All or nothing: the count once filled, 0 before.
   uint32_t filled() const { return state == OrderState::kFilled ? count : 0; }
   uint32_t remaining() const { return count - filled(); }
 };
-static_assert(sizeof(Order) <= 48, "the order record is meant to stay compact (issue 12)");
+static_assert(sizeof(Order) <= 40, "the order record is meant to stay compact (issue 12)");
 
 // An open-addressing table of order slots with linear probing (issue 12),
 // keyed by a 64-bit key that a caller's function derives from each slot
@@ -652,6 +658,8 @@ class SlotTable {
     }
   }
   auto value_at(size_t bucket) const requires kHasValue { return values_[bucket]; }
+  template <typename V>
+  void set_value_at(size_t bucket, V v) requires kHasValue { values_[bucket] = v; }
   // Adds `slot` (with `value`), whose key must not be in the table.
   template <typename KeyOf, typename... V>
   [[gnu::always_inline]] void Insert(uint32_t slot, KeyOf&& key_of, V... value) {
@@ -766,6 +774,13 @@ class SlotPrices {
   }
   // Keeps `price` for `slot`, which must have none (may allocate).
   void Insert(uint32_t slot, Price price) { table_.Insert(slot, Self{}, price); }
+  // Keeps `price` for `slot`, in place of the one it has, if any (may allocate
+  // if it has none).
+  void Set(uint32_t slot, Price price) {
+    size_t b = table_.Bucket(slot, Self{});
+    if (b == SlotTable<Price, 1, 2>::kNone) table_.Insert(slot, Self{}, price);
+    else table_.set_value_at(b, price);
+  }
   // Drops `slot`'s price if it has one. The empty table's test inline, the
   // rest out of line: Place calls this on every reused slot, and the inlined
   // body pushed OrderIndex::Insert out of line there (+1% instructions).
@@ -780,6 +795,95 @@ class SlotPrices {
   };
   SlotTable<Price, 1, 2> table_;
 };
+
+// A tenant's open orders as their slots, by ascending id (issue 12): the
+// first kInline in the tenant's record, in what was the padding of its last
+// cache line (Tenant stays 256 bytes), more in a block of their own, which
+// doubles as a std::vector's did. Most tenants have a few open orders: their
+// std::vector's block, and the smaller ones it replaced as it grew, were
+// 7.3 B an order at the retention benchmark. The data pointer points into
+// the record while the slots are inline, so that an append, a pop and a
+// read cost what a std::vector's do (a test of where the slots are cost
+// Place 5.5 instructions); a move sets it anew.
+class SlotList {
+ public:
+  static constexpr uint32_t kInline = 14;
+  SlotList() {}
+  SlotList(const SlotList& o) { CopyFrom(o); }
+  SlotList& operator=(const SlotList& o) {
+    if (this != &o) {
+      Free();
+      CopyFrom(o);
+    }
+    return *this;
+  }
+  SlotList(SlotList&& o) noexcept { Take(o); }
+  SlotList& operator=(SlotList&& o) noexcept {
+    if (this != &o) {
+      Free();
+      Take(o);
+    }
+    return *this;
+  }
+  ~SlotList() { Free(); }
+
+  uint32_t* begin() { return data_; }
+  uint32_t* end() { return data_ + size_; }
+  const uint32_t* begin() const { return data_; }
+  const uint32_t* end() const { return data_ + size_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  uint32_t back() const { return data_[size_ - 1]; }
+  void push_back(uint32_t slot) {
+    if (size_ == cap_) Grow(2 * static_cast<size_t>(cap_));
+    data_[size_++] = slot;
+  }
+  void pop_back() { --size_; }
+  void erase(uint32_t* pos) {
+    std::memmove(pos, pos + 1, static_cast<size_t>(end() - pos - 1) * sizeof(uint32_t));
+    --size_;
+  }
+  void reserve(size_t n) {
+    if (n > cap_) Grow(n);
+  }
+
+ private:
+  bool on_heap() const { return data_ != inline_; }
+  void Grow(size_t cap) {
+    LZ_CHECK(cap <= UINT32_MAX);
+    auto* p = static_cast<uint32_t*>(std::malloc(cap * sizeof(uint32_t)));
+    if (p == nullptr) throw std::bad_alloc();
+    if (size_) std::memcpy(p, data_, size_ * sizeof(uint32_t));
+    if (on_heap()) std::free(data_);
+    data_ = p;
+    cap_ = static_cast<uint32_t>(cap);
+  }
+  void Free() {
+    if (on_heap()) std::free(data_);
+    data_ = inline_;
+    size_ = 0;
+    cap_ = kInline;
+  }
+  void CopyFrom(const SlotList& o) {
+    reserve(o.size_);
+    if (o.size_) std::memcpy(data_, o.data_, o.size_ * sizeof(uint32_t));
+    size_ = o.size_;
+  }
+  void Take(SlotList& o) {
+    size_ = o.size_;
+    cap_ = o.cap_;
+    if (o.on_heap()) data_ = o.data_;
+    else if (size_) std::memcpy(inline_, o.inline_, size_ * sizeof(uint32_t));
+    o.data_ = o.inline_;
+    o.size_ = 0;
+    o.cap_ = kInline;
+  }
+  uint32_t* data_ = inline_;
+  uint32_t size_ = 0;
+  uint32_t cap_ = kInline;
+  uint32_t inline_[kInline];
+};
+static_assert(sizeof(SlotList) == 72);
 
 // A tenant's hot fields in two cache lines (issue 12): the first holds what a
 // lowered limit changes (the committed aggregates) and the exhaustion state,
@@ -805,10 +909,12 @@ struct alignas(64) Tenant {
   Money deposited = 0;
   Money paid = 0, waived = 0;
   // The slots of the open orders, by ascending id: 4 bytes an order, where
-  // the ids (8 bytes) were, and a std::set's 40-byte tree node before them.
-  // Place appends (ids only grow); the snapshot writes the ids.
-  std::vector<uint32_t> orders;
+  // the ids (8 bytes) were, and a std::set's 40-byte tree node before them;
+  // up to 14 in the record itself (SlotList). Place appends (ids only grow);
+  // the snapshot writes the ids.
+  SlotList orders;
 };
+static_assert(sizeof(Tenant) == 256, "the open orders' inline slots fill what was the last line's padding (issue 12)");
 static_assert(sizeof(std::vector<NodeId>) == 24, "the first line of Tenant holds four 8-byte fields, the node list and a flag");
 
 // A(t) x kH at `at`, the accrued money's aggregate (carry_sum + rate_sum x at
@@ -907,7 +1013,63 @@ class MarketEngine::Impl {
   // OrderSpec::price as placed, of the order in `slot`.
   Price PlacedPrice(uint32_t slot) const {
     Price p = placed_.Find(slot);
-    return p >= 0 ? p : orders_[slot].requested;
+    return p >= 0 ? p : Requested(orders_[slot]);
+  }
+  // The requested prices that differ from their orders' effective ones
+  // (Order::apart; issue 12): with clipping off only inside an update, which
+  // keeps its new price in in_flight_ meanwhile, so the table stays empty;
+  // with clipping on, the orders whose effective price a clip holds below.
+  // An entry outlives its order until the slot is reused, as the record's
+  // other fields do (the snapshot writes every slot's).
+  SlotPrices requested_apart_;
+  // The requested price an update is setting (Update: BeginRequested to
+  // EndRequested), its slot (kNoSlot: none), and whether requested_apart_
+  // has an entry for that slot meanwhile. The update's effective price moves
+  // through the book in between (SetEffective), and a requested price that
+  // differs from it then costs no table entry inserted and erased again.
+  struct InFlight {
+    static constexpr uint32_t kNoSlot = UINT32_MAX;
+    uint32_t slot = kNoSlot;
+    bool had_entry = false;
+    Price requested = 0;
+  };
+  InFlight in_flight_;
+  // OrderSpec::price as placed, then as updated, of order o. The rare case
+  // out of line: the common one is a bit test and the effective price, and
+  // inlined whole it kept OutOfMoney and StoreRequested from being inlined
+  // on Place's path.
+  Price Requested(const Order& o) const { return __builtin_expect(o.apart, 0) ? ApartRequested(o) : o.effective; }
+  [[gnu::noinline]] Price ApartRequested(const Order& o) const {
+    const uint32_t slot = SlotOf(o);
+    return slot == in_flight_.slot ? in_flight_.requested : requested_apart_.Find(slot);
+  }
+  // Makes r o's requested price, as it stands beside o.effective now: kept
+  // apart if they differ, its entry dropped if they no longer do. o.apart
+  // must tell whether requested_apart_ has o's slot (outside an update).
+  [[gnu::noinline]] void StoreRequested(Order& o, Price r) {
+    const uint32_t slot = SlotOf(o);
+    if (r == o.effective) {
+      if (o.apart) requested_apart_.Erase(slot);
+      o.apart = false;
+    } else if (o.apart) {
+      requested_apart_.Set(slot, r);
+    } else {
+      requested_apart_.Insert(slot, r);
+      o.apart = true;
+    }
+  }
+  // Between these an update's new requested price r is o's, whatever its
+  // effective price (o.apart set; ApartRequested reads in_flight_).
+  void BeginRequested(Order& o, uint32_t slot, Price r) {
+    in_flight_ = InFlight{slot, o.apart, r};
+    o.apart = true;
+  }
+  void EndRequested(Order& o) {
+    const Price r = in_flight_.requested;
+    const bool had_entry = in_flight_.had_entry;
+    in_flight_.slot = InFlight::kNoSlot;
+    o.apart = had_entry;
+    if (had_entry || r != o.effective) StoreRequested(o, r);  // Else equal, as before: nothing kept.
   }
   // Removes node n from o's claims, if it is there.
   void EraseClaim(Order& o, NodeId n) {
@@ -1311,7 +1473,7 @@ class MarketEngine::Impl {
   // ---------------------------------------------------------------- orders (orders.cc)
   bool OutOfMoney(const Order& o, uint32_t nodes) const {
     const Tenant& t = tenants_[o.tenant.value];
-    __int128 need = static_cast<__int128>(t.need) + static_cast<__int128>(nodes) * GraceCost(o.requested, params_.grace);
+    __int128 need = static_cast<__int128>(t.need) + static_cast<__int128>(nodes) * GraceCost(Requested(o), params_.grace);
     return AvailableAtMost(t, now_, need);
   }
 
@@ -1323,7 +1485,7 @@ class MarketEngine::Impl {
   // In volatility.cc:
   Price ClipReference(const Order& o);
   // In volatility.cc:
-  void ApplyClip(Order& o, Price before_effective);
+  void ApplyClip(Order& o, Price requested, Price before_effective);
   // In volatility.cc:
   void ClipStep(uint32_t slot);
   void SetEffective(uint32_t slot, Price eff, uint64_t seq);

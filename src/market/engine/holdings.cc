@@ -227,7 +227,7 @@ void MarketEngine::Impl::ResolveDeadline(NodeId n) {
       e.tenant = o.tenant;
       e.other = old;
       e.order = o.id;
-      e.price = o.requested;
+      e.price = Requested(o);
       e.reasons = reasons;
       Emit(e);
       FillSingle(c, n, /*emit_alloc=*/false);
@@ -347,7 +347,7 @@ Status MarketEngine::Impl::RelinquishImpl(TenantId tid, NodeId n) {
       e.tenant = o.tenant;
       e.other = tid;
       e.order = o.id;
-      e.price = o.requested;
+      e.price = Requested(o);
       e.reasons = reasons;
       Emit(e);
       FillSingle(c, n, false);

@@ -291,7 +291,7 @@ bool MarketEngine::Impl::ReviewExhaustion(uint32_t tid) {
     // A copy of the slots, in the list's (id) order: the cancellations edit
     // the list. A slot stays the order's until its own cancellation releases
     // it (no order is placed meanwhile), so no lookup by id is needed.
-    std::vector<uint32_t> slots(t.orders);
+    std::vector<uint32_t> slots(t.orders.begin(), t.orders.end());
     for (uint32_t s : slots) CancelOrderInternal(s, CancelReason::kExhausted);
   }
   for (NodeId n : t.nodes) MarkDirty(n);

@@ -180,7 +180,7 @@ bool MarketEngine::Impl::CompleteGangs() {
     if (!all) continue;
     std::vector<NodeId> claims = Claims(o);
     TenantId tid = o.tenant;
-    Price limit = o.requested;
+    Price limit = Requested(o);
     for (NodeId n : claims) {
       Event e;
       e.type = EventType::kAllocated;

@@ -17,9 +17,10 @@ void MarketEngine::Impl::RemoveOrderFromTenant(Order& o) {
                                [&](uint32_t s, uint64_t id) { return orders_[s].id.value < id; });
     if (it != t.orders.end() && *it == slot) t.orders.erase(it);
   }
-  Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(o.requested) * o.remaining()));
+  const Price requested = Requested(o);
+  Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(requested) * o.remaining()));
   t.committed -= rate;
-  t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(o.requested, params_.grace);
+  t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(requested, params_.grace);
 }
 
 void MarketEngine::Impl::ReleaseOrderSlot(uint32_t slot) {
@@ -70,7 +71,7 @@ void MarketEngine::Impl::FillSingle(uint32_t slot, NodeId n, bool emit_alloc) {
   Order& o = orders_[slot];
   BookErase(o);
   TenantId tid = o.tenant;
-  Price limit = o.requested;
+  Price limit = Requested(o);
   if (emit_alloc) {
     Event e;
     e.type = EventType::kAllocated;
@@ -199,6 +200,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   Order& o = orders_[slot];
   if (o.has_cold) order_cold_.erase(slot);  // The previous order's, kept until now.
   placed_.Erase(slot);                        // Likewise.
+  if (o.apart) requested_apart_.Erase(slot);  // Likewise.
   if (slot < clip_step_.size()) clip_step_[slot] = 0;
   o = Order();
   o.id = OrderId(next_order_id_++);
@@ -216,7 +218,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
     }
   }
   o.type = sv.type;
-  o.requested = spec.price;
+  o.effective = spec.price;  // The requested price, until ApplyClip.
   o.seq = next_seq_++;
   o.state = OrderState::kResting;
   order_slot_.Insert(slot, orders_);
@@ -226,7 +228,8 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   t.committed = static_cast<Price>(std::min<__int128>(kInfPrice, t.committed + add_rate));
   t.committed_need = static_cast<Money>(std::min<__int128>(kInfPrice, t.committed_need + add_need));
   if (spec.locality != Locality::kAny) rel_to_orders_.emplace(spec.rel_to.value, slot);
-  ApplyClip(o, 0);
+  ApplyClip(o, spec.price, 0);
+  if (o.effective != spec.price) StoreRequested(o, spec.price);  // Apart: a clip holds the effective price below it.
   OrderId id = o.id;
   // The book was not crossed before this call, so only the new order can
   // cross now: match it directly rather than resting it first (resting and
@@ -279,35 +282,35 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   Order& o = orders_[slot];
   Tenant& t = tenants_[tid.value];
   __int128 rem = o.remaining();
-  __int128 add_rate = (static_cast<__int128>(price) - o.requested) * rem;
-  __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(o.requested, params_.grace));
+  const Price requested = Requested(o);
+  __int128 add_rate = (static_cast<__int128>(price) - requested) * rem;
+  __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(requested, params_.grace));
   LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
   // The first move away from the placed price keeps it for the snapshot.
   // Before the tenant's sums change: the table may allocate (and throw).
-  if (price != o.requested && placed_.Find(slot) < 0) placed_.Insert(slot, o.requested);
+  if (price != requested && placed_.Find(slot) < 0) placed_.Insert(slot, requested);
   t.committed = static_cast<Price>(t.committed + add_rate);
   t.committed_need = static_cast<Money>(t.committed_need + add_need);
-  if (price > o.requested) {
-    o.requested = price;
+  if (price == requested) return Status::Ok();
+  BeginRequested(o, slot, price);  // The new requested price, until EndRequested.
+  if (price > requested) {
     Price before = o.effective;
     uint64_t seq = next_seq_++;
     // Clip from the current effective price; the order gets a new sequence number.
     Price eff_before = o.effective;
-    ApplyClip(o, eff_before);
+    ApplyClip(o, price, eff_before);
     Price eff = o.effective;
     o.effective = before;
     SetEffective(slot, eff, seq);
-  } else if (price < o.requested) {
-    o.requested = price;
-    if (o.effective > price) {
-      if (Cold(o).next_clip != kNever) {
-        OrderCold& c = MutableCold(o);
-        ScheduleErase(c.next_clip, kSchedClip, o.id.value);
-        c.next_clip = kNever;
-      }
-      SetEffective(slot, price, o.seq);
+  } else if (o.effective > price) {  // Lowered below the effective price.
+    if (Cold(o).next_clip != kNever) {
+      OrderCold& c = MutableCold(o);
+      ScheduleErase(c.next_clip, kSchedClip, o.id.value);
+      c.next_clip = kNever;
     }
+    SetEffective(slot, price, o.seq);
   }
+  EndRequested(orders_[slot]);
   return Status::Ok();
 }
 

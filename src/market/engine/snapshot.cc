@@ -295,12 +295,13 @@ void Fields(V& v, S& s) requires std::is_same_v<std::remove_const_t<S>, OrderSpe
   v.F(s.rel_to);
 }
 
-// An order's record, its prices by slot (Impl::placed_, clip_step_) and its
-// rare fields (OrderCold, default when it has none), in the order they had
-// when they were all in one struct.
+// An order's record, its prices by slot (Impl::placed_, clip_step_, and the
+// requested price: Impl::Requested) and its rare fields (OrderCold, default
+// when it has none), in the order they had when they were all in one struct.
 struct OrderSlotPrices {
   Price placed = -1;   // Written: Impl::PlacedPrice. Read: -1 when it is the requested price.
   Price clip_step = 0;
+  Price requested = 0;  // Impl::Requested: the record's effective price or the one kept apart.
 };
 template <typename V, typename O, typename C>
 void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
@@ -337,7 +338,7 @@ void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
              Num(o.scope.value) + " without a locality location");
     }
   }
-  v.F(o.requested);
+  v.F(sp.requested);
   v.F(o.effective);
   v.F(sp.clip_step);
   v.F(c.next_clip);
@@ -364,7 +365,7 @@ void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
     else o.book_flags = book_flags;
     // Place's check (CheckPrice): an infinite placed price is refused too.
     if (const char* why = PriceProblem(placed)) v.Fail("order " + Num(o.id.value) + ": placed price " + std::to_string(placed) + ": " + why);
-    if (placed == o.requested) placed = -1;
+    if (placed == sp.requested) placed = -1;
     // ApplyClip's step is never negative (the table's -1 means none).
     if (sp.clip_step < 0) v.Fail("order " + Num(o.id.value) + ": clip step " + std::to_string(sp.clip_step) + ": negative");
   }
@@ -578,7 +579,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   w.U(m.orders_.size());
   for (uint32_t slot = 0; slot < m.orders_.size(); ++slot) {
     const Order& o = m.orders_[slot];
-    OrderSlotPrices sp{m.PlacedPrice(slot), m.ClipStepOf(slot)};
+    OrderSlotPrices sp{m.PlacedPrice(slot), m.ClipStepOf(slot), m.Requested(o)};
     OrderFields(w, o, m.Cold(o), sp);
   }
   w.F(m.free_slots_);
@@ -802,6 +803,7 @@ Status MarketEngine::Restore(std::string_view image) {
     OrderFields(r, o, c, sp);
     if (r.ok() && sp.placed >= 0) m.placed_.Insert(slot, sp.placed);
     if (r.ok() && sp.clip_step != 0) m.SetClipStep(slot, sp.clip_step);
+    if (r.ok()) m.StoreRequested(o, sp.requested);  // Apart if it differs from the effective price.
     if (c != OrderCold{}) {
       o.has_cold = true;
       m.order_cold_.emplace(slot, std::move(c));

@@ -27,30 +27,32 @@ Price MarketEngine::Impl::ClipReference(const Order& o) {
   return prices[o.count - 1];
 }
 
-// Sets effective price and clip schedule after placement or a raise.
-void MarketEngine::Impl::ApplyClip(Order& o, Price before_effective) {
+// Sets effective price and clip schedule after placement or a raise to
+// `requested`, which the caller stores beside the new effective price
+// afterwards (StoreRequested, or EndRequested in an update).
+void MarketEngine::Impl::ApplyClip(Order& o, Price requested, Price before_effective) {
   if (Cold(o).next_clip != kNever) {
     OrderCold& c = MutableCold(o);
     ScheduleErase(c.next_clip, kSchedClip, o.id.value);
     c.next_clip = kNever;
   }
   if (params_.clip_alpha_ppm == 0) {
-    o.effective = o.requested;
+    o.effective = requested;
     return;
   }
   Price p = ClipReference(o);
   if (p == kInfPrice) {
-    o.effective = o.requested;
+    o.effective = requested;
     return;
   }
   Price s = std::max(MulPpmCeil(p, params_.clip_alpha_ppm), params_.tick);
   // The step goes to its own table; the order's rare fields only when a
   // clip is scheduled (issue 12: not on every Place with clipping on).
   SetClipStep(SlotOf(o), s);
-  o.effective = std::min(o.requested, std::max(SatAdd(p, s), before_effective));
-  if (o.effective < o.requested) {
+  o.effective = std::min(requested, std::max(SatAdd(p, s), before_effective));
+  if (o.effective < requested) {
     if (params_.clip_interval == 0) {
-      o.effective = o.requested;
+      o.effective = requested;
     } else {
       OrderCold& c = MutableCold(o);
       c.next_clip = SatAdd(now_, params_.clip_interval);
@@ -63,13 +65,17 @@ void MarketEngine::Impl::ClipStep(uint32_t slot) {
   Order& o = orders_[slot];
   OrderCold& c = MutableCold(o);  // A clip step: the order has a clip schedule.
   c.next_clip = kNever;
-  Price eff = std::min(o.requested, SatAdd(o.effective, ClipStepOf(slot)));  // Set with the schedule.
-  if (params_.clip_interval == 0) eff = o.requested;
-  if (eff < o.requested) {
+  const Price requested = Requested(o);
+  Price eff = std::min(requested, SatAdd(o.effective, ClipStepOf(slot)));  // Set with the schedule.
+  if (params_.clip_interval == 0) eff = requested;
+  if (eff < requested) {
     c.next_clip = SatAdd(now_, params_.clip_interval);
     ScheduleAdd(c.next_clip, kSchedClip, o.id.value);
   }
+  // Apart, the requested price stays as the effective one moves (an order
+  // not apart has both equal, and eff is that price then).
   SetEffective(slot, eff, o.seq);
+  StoreRequested(orders_[slot], requested);  // Drops the entry once the clip reaches it.
 }
 
 // ---------------------------------------------------------------- decay
