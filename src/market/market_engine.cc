@@ -109,7 +109,7 @@ Status MarketEngine::SetParams(Micros t, const MarketParams& params) {
         t.committed_need = t.need;
         for (uint32_t slot : t.orders) {
           const Order& o = m.orders_[slot];
-          t.committed_need += static_cast<Money>(o.remaining()) * GraceCost(m.Requested(o), params.grace);
+          t.committed_need += static_cast<Money>(m.Remaining(o)) * GraceCost(m.Requested(o), params.grace);
         }
         m.MarkExhaustDirty(TenantId(i));
       }
@@ -497,12 +497,12 @@ Result<OrderView> MarketEngine::GetOrder(OrderId order) const {
   v.id = o.id;
   v.tenant = o.tenant;
   const OrderCold& c = m.Cold(o);
-  v.spec = OrderSpec{o.scope, m.Requested(o), o.count, o.locality, c.rel_to};
+  v.spec = OrderSpec{o.scope, m.Requested(o), m.Count(o), o.locality, c.rel_to};
   v.effective_scope = m.EffScope(o);
   v.effective_price = o.effective;
   v.state = o.state;
-  v.seq = o.seq;
-  v.filled = o.filled();
+  v.seq = m.Seq(o);
+  v.filled = m.Filled(o);
   v.cooldown_until = c.cooldown_until;
   v.claims = c.claims;
   return v;

@@ -160,6 +160,9 @@ class MarketEngine {
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
+  // Tests' access to the state (issue 12: to reach the rare paths of the
+  // compact order record without 2^31 updates or 2^20 nodes). Defined by tests only.
+  friend struct EngineTestPeer;
 };
 
 }  // namespace laissez::market

@@ -85,7 +85,7 @@ void MarketEngine::Impl::WalkCandidates(VertexId from, Price price) {
         --gang_short_[e.slot];  // Still a node short after this one: see gang_short_.
         continue;
       }
-      candidates_.emplace(-e.price, orders_[e.slot].seq, static_cast<uint32_t>(e.slot));
+      candidates_.emplace(-e.price, Seq(orders_[e.slot]), static_cast<uint32_t>(e.slot));
     }
   }
 }
@@ -95,7 +95,7 @@ NodeId MarketEngine::Impl::BestNodeFor(const Order& o, bool free_only, const std
   VertexId scope = EffScope(o);
   if (!scope.valid()) return NodeId();
   EnsureIndex();
-  const TypeIndex& ix = index_[o.type.value];
+  const TypeIndex& ix = index_[V(scope).type.value];  // The order's type (OrderType).
   auto [lo, hi] = topo_.Range(scope);
   auto skip = [&](uint32_t leaf) {
     NodeId n = ix.leaf_node[leaf];
@@ -121,7 +121,8 @@ BookEntry* MarketEngine::Impl::FindEntry(Book& b, const Order& o) {
   const BookEntry key{o.effective, SlotOf(o), 0, 0};
   auto seq_of = EntrySeq();
   auto it = std::lower_bound(b.begin(), b.end(), key, EntryLess());
-  while (it != b.end() && it->price == o.effective && seq_of(it->slot) == o.seq) {
+  const uint64_t seq = Seq(o);
+  while (it != b.end() && it->price == o.effective && seq_of(it->slot) == seq) {
     if (it->slot == SlotOf(o)) return it;
     ++it;
   }
@@ -142,7 +143,7 @@ void MarketEngine::Impl::BookInsert(Order& o, uint8_t flags) {
   EntryInsert(o);
   o.in_book = true;
   AfterBookChange(v, before);
-  candidates_.emplace(-o.effective, o.seq, SlotOf(o));
+  candidates_.emplace(-o.effective, Seq(o), SlotOf(o));
 }
 
 // Raw edits of the entry of an order whose effective scope is valid; the
@@ -180,7 +181,7 @@ void MarketEngine::Impl::BookErase(Order& o) {
 void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
   if (!o.in_book) {
     o.effective = effective;
-    o.seq = seq;
+    SetSeq(o, seq);
     return;
   }
   VertexId v = EffScope(o);
@@ -188,17 +189,17 @@ void MarketEngine::Impl::BookReprice(Order& o, Price effective, uint64_t seq) {
     uint8_t flags = o.book_flags;
     BookErase(o);
     o.effective = effective;
-    o.seq = seq;
+    SetSeq(o, seq);
     BookInsert(o, flags);
     return;
   }
   Summary before = books_.summary(v.value);
   EntryErase(o);
   o.effective = effective;
-  o.seq = seq;
+  SetSeq(o, seq);
   EntryInsert(o);
   AfterBookChange(v, before);
-  candidates_.emplace(-o.effective, o.seq, SlotOf(o));
+  candidates_.emplace(-o.effective, Seq(o), SlotOf(o));
 }
 
 void MarketEngine::Impl::AfterBookChange(VertexId v, const Summary& before) {

@@ -592,18 +592,28 @@ struct OrderCold {
 // 12): the requested price is the effective one but while clipping holds
 // the effective price below it (or an update moves one before the other),
 // and lives apart then (`apart`, Impl::Requested); it took 8 bytes of every
-// record.
+// record. 32 bytes (issue 12): with 8-byte alignment a record above 32 bytes
+// takes 40, so three fields shrank together: the seq is 32 bits relative to
+// a market-wide base (Impl::Seq), the type is the scope's vertex's (every
+// vertex has one type and keeps it: Impl::OrderType), and the count shares
+// its word with the bits (Impl::Count); a seq or count that does not fit
+// lives apart, in a table by slot.
 struct Order {
   OrderId id;
   Price effective = 0;
-  uint64_t seq = 0;
   TenantId tenant;
-  VertexId scope;          // OrderSpec::scope.
-  uint32_t count = 1;      // OrderSpec::count.
-  TypeId type;
+  VertexId scope;  // OrderSpec::scope.
+  // The seq (time priority) less Impl::seq_base_, or kSeqApart: the seq is in
+  // Impl::seq_apart_. Read through Impl::Seq, written through Impl::SetSeq.
+  uint32_t seq_rel = 0;
+  // OrderSpec::count, or kCountApart: the count is in Impl::count_apart_.
+  // Read through Impl::Count; a value above 1 is a gang either way.
+  uint32_t count_rel : 20 = 1;
+  // The bits after the count, none across a byte boundary (their types are
+  // a byte wide), so that they share the count's word.
   OrderState state : 2 = OrderState::kResting;  // Four states.
-  Locality locality : 3 = Locality::kAny;       // OrderSpec::locality (five values).
   uint8_t book_flags : 2 = 0;                   // BookFlag bits.
+  Locality locality : 3 = Locality::kAny;       // OrderSpec::locality (five values).
   bool in_book : 1 = false;   // Has a BookEntry at its effective scope.
   bool alive : 1 = true;
   bool has_cold : 1 = false;  // Has an entry in Impl::order_cold_.
@@ -611,12 +621,11 @@ struct Order {
   // Its requested price (OrderSpec::price as placed, then as updated) differs
   // from `effective` and is in Impl::requested_apart_ (or Impl::in_flight_).
   bool apart : 1 = false;
-  bool is_gang() const { return count > 1; }
-  // All or nothing: the count once filled, 0 before.
-  uint32_t filled() const { return state == OrderState::kFilled ? count : 0; }
-  uint32_t remaining() const { return count - filled(); }
+  static constexpr uint32_t kSeqApart = UINT32_MAX;
+  static constexpr uint32_t kCountApart = (uint32_t{1} << 20) - 1;
+  bool is_gang() const { return count_rel > 1; }  // kCountApart too: the counts apart are large.
 };
-static_assert(sizeof(Order) <= 40, "the order record is meant to stay compact (issue 12)");
+static_assert(sizeof(Order) == 32, "the order record is meant to stay compact: 32 bytes, not 40 (issue 12)");
 
 // An open-addressing table of order slots with linear probing (issue 12),
 // keyed by a 64-bit key that a caller's function derives from each slot
@@ -1015,6 +1024,70 @@ class MarketEngine::Impl {
     Price p = placed_.Find(slot);
     return p >= 0 ? p : Requested(orders_[slot]);
   }
+  // Order seqs in 32 bits (issue 12): a record holds its seq less seq_base_
+  // (Order::seq_rel) while that fits, and kSeqApart with the seq in
+  // seq_apart_ otherwise. A new seq is the largest yet; when one no longer
+  // fits, RebaseSeqs moves the base to kSeqWindow below it, rewriting every
+  // slot's offset and putting the seqs now below the base apart: orders
+  // that sat 2^31 seqs (placements and raises) without a raise, and dead
+  // slots as old, whose seq only the snapshot reads. A difference from the
+  // id would not do: it grows by every raise in the market, and after 2^32
+  // of them no new order's would fit. The seqs, their order and the
+  // snapshot's bytes are the 64-bit seqs' as before.
+  static constexpr uint64_t kSeqWindow = uint64_t{1} << 31;
+  uint64_t seq_base_ = 0;
+  SlotPrices seq_apart_;  // Seqs as Price, bit for bit.
+  uint64_t Seq(const Order& o) const {
+    return __builtin_expect(o.seq_rel != Order::kSeqApart, 1) ? seq_base_ + o.seq_rel : ApartSeq(o);
+  }
+  [[gnu::noinline]] uint64_t ApartSeq(const Order& o) const {
+    return static_cast<uint64_t>(seq_apart_.Find(SlotOf(o)));
+  }
+  void SetSeq(Order& o, uint64_t seq) {
+    const uint64_t rel = seq - seq_base_;  // Wraps (large) for a seq below the base.
+    if (__builtin_expect(rel < Order::kSeqApart && o.seq_rel != Order::kSeqApart, 1)) {
+      o.seq_rel = static_cast<uint32_t>(rel);
+    } else {
+      StoreSeq(o, seq);
+    }
+  }
+  void StoreSeq(Order& o, uint64_t seq);  // SetSeq's rare cases (orders.cc).
+  // A restored record's seq (a fresh record's): any value, apart if it does
+  // not fit; the base does not move.
+  void RestoreSeq(Order& o, uint64_t seq) {
+    const uint64_t rel = seq - seq_base_;
+    if (seq >= seq_base_ && rel < Order::kSeqApart) {
+      o.seq_rel = static_cast<uint32_t>(rel);
+    } else {
+      seq_apart_.Insert(SlotOf(o), static_cast<Price>(seq));
+      o.seq_rel = Order::kSeqApart;
+    }
+  }
+  void RebaseSeqs(uint64_t seq);
+  // Counts in 20 bits (issue 12): a gang of 2^20 - 1 nodes or more keeps its
+  // count in count_apart_ (the record holds kCountApart).
+  SlotPrices count_apart_;
+  uint32_t Count(const Order& o) const {
+    return __builtin_expect(o.count_rel != Order::kCountApart, 1) ? o.count_rel : ApartCount(o);
+  }
+  [[gnu::noinline]] uint32_t ApartCount(const Order& o) const {
+    return static_cast<uint32_t>(count_apart_.Find(SlotOf(o)));
+  }
+  // For a record whose count_rel is not kCountApart (a fresh one).
+  void SetCount(Order& o, uint32_t count) {
+    if (__builtin_expect(count < Order::kCountApart, 1)) {
+      o.count_rel = count;
+    } else {
+      count_apart_.Insert(SlotOf(o), count);
+      o.count_rel = Order::kCountApart;
+    }
+  }
+  // All or nothing: the count once filled, 0 before.
+  uint32_t Filled(const Order& o) const { return o.state == OrderState::kFilled ? Count(o) : 0; }
+  uint32_t Remaining(const Order& o) const { return o.state == OrderState::kFilled ? 0 : Count(o); }
+  // The order's node type: its scope's vertex's (and its effective scope's,
+  // which Narrow picks of the same type).
+  TypeId OrderType(const Order& o) const { return V(o.scope).type; }
   // The requested prices that differ from their orders' effective ones
   // (Order::apart; issue 12): with clipping off only inside an update, which
   // keeps its new price in in_flight_ meanwhile, so the table stays empty;
@@ -1341,7 +1414,7 @@ class MarketEngine::Impl {
   BookEntry* FindEntry(Book& b, const Order& o);
   // A book entry's seq: its order's (BookEntry).
   auto EntrySeq() const {
-    return [this](uint32_t slot) { return orders_[slot].seq; };
+    return [this](uint32_t slot) { return Seq(orders_[slot]); };
   }
   // The books' order (BookLess) with the seqs read through the slots.
   auto EntryLess() const {

@@ -209,7 +209,7 @@ void MarketEngine::Impl::RunDue() {
         uint32_t slot = FindSlot(k.id);
         if (slot != OrderIndex::kNone) {
           Order& o = orders_[slot];
-          candidates_.emplace(-o.effective, o.seq, slot);
+          candidates_.emplace(-o.effective, Seq(o), slot);
         }
         break;
       }

@@ -14,7 +14,7 @@ bool MarketEngine::Impl::MatchOne() {
     candidates_.erase(candidates_.begin());
     if (slot >= orders_.size()) continue;
     Order& o = orders_[slot];
-    if (!o.alive || o.effective != -neg_price || o.seq != seq) continue;
+    if (!o.alive || o.effective != -neg_price || Seq(o) != seq) continue;
     if (o.state == OrderState::kPending) {
       if (o.is_gang()) continue;
       if (TryPendingToFree(slot)) return true;
@@ -56,7 +56,7 @@ bool MarketEngine::Impl::TrySingle(uint32_t slot) {
   o.book_flags = kFlagPending;
   EntryInsert(o);
   o.in_book = true;
-  candidates_.emplace(-o.effective, o.seq, slot);
+  candidates_.emplace(-o.effective, Seq(o), slot);
   BecomeChallenger(slot, n);
   AfterBookChange(v, before);
   return true;
@@ -117,17 +117,17 @@ bool MarketEngine::Impl::TryGang(uint32_t slot) {
   Order& o = orders_[slot];
   bool cooling = Cold(o).cooldown_until > now_;
   std::vector<NodeId> chosen;
-  for (uint32_t i = 0; i < o.count; ++i) {
+  for (uint32_t i = 0, count = Count(o); i < count; ++i) {
     NodeId n = BestNodeFor(o, cooling, &chosen);
     if (!n.valid() || o.effective < Obtain(n)) {
-      // Short of o.count - i nodes: the wakes it may skip (gang_short_).
+      // Short of count - i nodes: the wakes it may skip (gang_short_).
       if (gang_short_.size() <= slot) gang_short_.resize(orders_.size(), 0);
-      gang_short_[slot] = static_cast<uint16_t>(std::min<uint32_t>(o.count - i, UINT16_MAX));
+      gang_short_[slot] = static_cast<uint16_t>(std::min<uint32_t>(count - i, UINT16_MAX));
       return false;
     }
     chosen.push_back(n);
   }
-  if (OutOfMoney(o, o.count)) {
+  if (OutOfMoney(o, Count(o))) {
     CancelOrderInternal(slot, CancelReason::kOutOfMoney);
     return true;
   }
@@ -175,7 +175,7 @@ bool MarketEngine::Impl::CompleteGangs() {
       any = true;
       continue;
     }
-    bool all = Claims(o).size() == o.count;
+    bool all = Claims(o).size() == Count(o);
     for (NodeId n : Claims(o)) all = all && nodes_[n.value].order_slot == slot;
     if (!all) continue;
     std::vector<NodeId> claims = Claims(o);

@@ -18,9 +18,9 @@ void MarketEngine::Impl::RemoveOrderFromTenant(Order& o) {
     if (it != t.orders.end() && *it == slot) t.orders.erase(it);
   }
   const Price requested = Requested(o);
-  Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(requested) * o.remaining()));
+  Price rate = static_cast<Price>(std::min<__int128>(kInfPrice, static_cast<__int128>(requested) * Remaining(o)));
   t.committed -= rate;
-  t.committed_need -= static_cast<Money>(o.remaining()) * GraceCost(requested, params_.grace);
+  t.committed_need -= static_cast<Money>(Remaining(o)) * GraceCost(requested, params_.grace);
 }
 
 void MarketEngine::Impl::ReleaseOrderSlot(uint32_t slot) {
@@ -111,7 +111,7 @@ void MarketEngine::Impl::SetEffective(uint32_t slot, Price eff, uint64_t seq) {
       BookReprice(o, eff, seq);
     } else {
       o.effective = eff;
-      o.seq = seq;
+      SetSeq(o, seq);
     }
     for (NodeId n : std::vector<NodeId>(Claims(o))) {
       NodeState& s = nodes_[n.value];
@@ -201,12 +201,14 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   if (o.has_cold) order_cold_.erase(slot);  // The previous order's, kept until now.
   placed_.Erase(slot);                        // Likewise.
   if (o.apart) requested_apart_.Erase(slot);  // Likewise.
+  if (o.seq_rel == Order::kSeqApart) seq_apart_.Erase(slot);      // Likewise.
+  if (o.count_rel == Order::kCountApart) count_apart_.Erase(slot);  // Likewise.
   if (slot < clip_step_.size()) clip_step_[slot] = 0;
   o = Order();
   o.id = OrderId(next_order_id_++);
   o.tenant = tid;
   o.scope = spec.scope;
-  o.count = spec.count;
+  SetCount(o, spec.count);
   o.locality = spec.locality;
   if (spec.rel_to.valid() || locality_loc.valid()) {
     OrderCold& c = MutableCold(o);
@@ -217,9 +219,8 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
       o.narrowed = true;
     }
   }
-  o.type = sv.type;
   o.effective = spec.price;  // The requested price, until ApplyClip.
-  o.seq = next_seq_++;
+  SetSeq(o, next_seq_++);
   o.state = OrderState::kResting;
   order_slot_.Insert(slot, orders_);
   // Ids only grow (a restored image's live ids are below next_order_id_), so
@@ -281,7 +282,7 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   LZ_RETURN_IF_ERROR(CheckPrice(price, "price"));
   Order& o = orders_[slot];
   Tenant& t = tenants_[tid.value];
-  __int128 rem = o.remaining();
+  __int128 rem = Remaining(o);
   const Price requested = Requested(o);
   __int128 add_rate = (static_cast<__int128>(price) - requested) * rem;
   __int128 add_need = rem * (GraceCost(price, params_.grace) - GraceCost(requested, params_.grace));
@@ -308,10 +309,45 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
       ScheduleErase(c.next_clip, kSchedClip, o.id.value);
       c.next_clip = kNever;
     }
-    SetEffective(slot, price, o.seq);
+    SetEffective(slot, price, Seq(o));
   }
   EndRequested(orders_[slot]);
   return Status::Ok();
+}
+
+// SetSeq's rare cases (issue 12): a seq that does not fit the window (a new
+// one past it: the base moves up; an older one, or a restored one anywhere:
+// it is kept apart), or a record whose seq is apart now.
+void MarketEngine::Impl::StoreSeq(Order& o, uint64_t seq) {
+  if (seq >= seq_base_ && seq - seq_base_ >= Order::kSeqApart) RebaseSeqs(seq);  // May put o's old seq apart.
+  const uint32_t slot = SlotOf(o);
+  if (o.seq_rel == Order::kSeqApart) seq_apart_.Erase(slot);
+  const uint64_t rel = seq - seq_base_;
+  if (seq >= seq_base_ && rel < Order::kSeqApart) {
+    o.seq_rel = static_cast<uint32_t>(rel);
+  } else {
+    seq_apart_.Insert(slot, static_cast<Price>(seq));
+    o.seq_rel = Order::kSeqApart;
+  }
+}
+
+// Moves the seqs' base to kSeqWindow below `seq`, a seq above the window:
+// every slot's offset is rewritten, and a seq below the new base goes apart.
+// Once in 2^31 seqs at most; a pass over the slots.
+void MarketEngine::Impl::RebaseSeqs(uint64_t seq) {
+  const uint64_t base = seq - kSeqWindow;
+  for (uint32_t slot = 0; slot < orders_.size(); ++slot) {
+    Order& o = orders_[slot];
+    if (o.seq_rel == Order::kSeqApart) continue;  // Apart already: stays so.
+    const uint64_t full = seq_base_ + o.seq_rel;
+    if (full >= base) {
+      o.seq_rel = static_cast<uint32_t>(full - base);
+    } else {
+      seq_apart_.Insert(slot, static_cast<Price>(full));
+      o.seq_rel = Order::kSeqApart;
+    }
+  }
+  seq_base_ = base;
 }
 
 }  // namespace laissez::market

@@ -302,6 +302,11 @@ struct OrderSlotPrices {
   Price placed = -1;   // Written: Impl::PlacedPrice. Read: -1 when it is the requested price.
   Price clip_step = 0;
   Price requested = 0;  // Impl::Requested: the record's effective price or the one kept apart.
+  // The fields the record may keep apart, or derives (issue 12): Impl::Count,
+  // Impl::OrderType (read: checked against the scope's by the caller), Impl::Seq.
+  uint32_t count = 1;
+  TypeId type;
+  uint64_t seq = 0;
 };
 template <typename V, typename O, typename C>
 void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
@@ -319,14 +324,14 @@ void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
   v.F(o.tenant);
   v.F(o.scope);  // The OrderSpec: scope, price, count, locality, rel_to.
   v.F(placed);  // Read: checked below, once `requested` is known.
-  v.F(o.count);
+  v.F(sp.count);
   v.F(locality);
   if constexpr (kRead) {
     if (locality > Locality::kSameRack) v.Fail("locality " + Num(static_cast<uint8_t>(locality)) + " unknown");
     else o.locality = locality;
   }
   v.F(c.rel_to);
-  v.F(o.type);
+  v.F(sp.type);
   v.F(eff_scope);
   v.F(c.locality_loc);
   if constexpr (kRead) {
@@ -342,16 +347,18 @@ void OrderFields(V& v, O& o, C& c, OrderSlotPrices& sp) {
   v.F(o.effective);
   v.F(sp.clip_step);
   v.F(c.next_clip);
-  v.F(o.seq);
+  v.F(sp.seq);
   v.F(state);
   if constexpr (kRead) {
     if (state > OrderState::kCancelled) v.Fail("order state " + Num(static_cast<uint8_t>(state)) + " unknown");
     else o.state = state;
   }
-  uint32_t filled = o.filled();  // Not stored: derived from the state (all or nothing).
+  // Not stored: derived from the state (all or nothing).
+  const uint32_t filled_now = o.state == OrderState::kFilled ? sp.count : 0;
+  uint32_t filled = filled_now;
   v.F(filled);
   if constexpr (kRead) {
-    if (filled != o.filled()) v.Fail("order " + Num(o.id.value) + ": filled count " + Num(filled) + " does not match its state");
+    if (filled != filled_now) v.Fail("order " + Num(o.id.value) + ": filled count " + Num(filled) + " does not match its state");
   }
   v.F(c.cooldown_until);
   v.F(in_book);
@@ -579,7 +586,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
   w.U(m.orders_.size());
   for (uint32_t slot = 0; slot < m.orders_.size(); ++slot) {
     const Order& o = m.orders_[slot];
-    OrderSlotPrices sp{m.PlacedPrice(slot), m.ClipStepOf(slot), m.Requested(o)};
+    OrderSlotPrices sp{m.PlacedPrice(slot), m.ClipStepOf(slot), m.Requested(o), m.Count(o), m.OrderType(o), m.Seq(o)};
     OrderFields(w, o, m.Cold(o), sp);
   }
   w.F(m.free_slots_);
@@ -601,7 +608,7 @@ std::string MarketEngine::Snapshot(size_t ledger_tail) const {
     if (b.empty()) continue;
     w.U(v);
     w.U(b.size());
-    for (const BookEntry& e : b) w.F(BookEntryImage{e.price, m.orders_[e.slot].seq, e.slot, e.tenant, static_cast<uint8_t>(e.flags)});
+    for (const BookEntry& e : b) w.F(BookEntryImage{e.price, m.Seq(m.orders_[e.slot]), e.slot, e.tenant, static_cast<uint8_t>(e.flags)});
   }
   // Orders by anchor node: keys ascending, each key's slots in iteration
   // order (which decides the order of cancellations when an anchor is lost).
@@ -739,6 +746,8 @@ Status MarketEngine::Restore(std::string_view image) {
   m.now_ = r.S();
   m.next_seq_ = r.U();
   m.next_order_id_ = r.U();
+  // The seqs' base as a rebase at the next seq would set it (RestoreSeq).
+  m.seq_base_ = m.next_seq_ > Impl::kSeqWindow ? m.next_seq_ - Impl::kSeqWindow : 0;
 
   r.section = "topology";
   std::vector<std::string> types(r.Count());
@@ -801,6 +810,15 @@ Status MarketEngine::Restore(std::string_view image) {
     OrderCold c;
     OrderSlotPrices sp;
     OrderFields(r, o, c, sp);
+    // The type is the scope's vertex's (Impl::OrderType): an image that says
+    // otherwise is refused, as the record cannot keep another.
+    if (r.ok() && o.scope.value >= vertices) {
+      r.Fail("order " + Num(o.id.value) + ": scope " + Num(o.scope.value) + " out of range (" + Num(vertices) + " vertices)");
+    } else if (r.ok() && sp.type != m.OrderType(o)) {
+      r.Fail("order " + Num(o.id.value) + ": type " + Num(sp.type.value) + " is not its scope's (" + Num(m.OrderType(o).value) + ")");
+    }
+    if (r.ok()) m.SetCount(o, sp.count);
+    if (r.ok()) m.RestoreSeq(o, sp.seq);
     if (r.ok() && sp.placed >= 0) m.placed_.Insert(slot, sp.placed);
     if (r.ok() && sp.clip_step != 0) m.SetClipStep(slot, sp.clip_step);
     if (r.ok()) m.StoreRequested(o, sp.requested);  // Apart if it differs from the effective price.
@@ -869,7 +887,7 @@ Status MarketEngine::Restore(std::string_view image) {
         why = "out of priority order (price descending, then seq ascending)";
       } else if (!o.in_book || !m.EffScope(o).valid() || m.EffScope(o).value != v) {
         why = "the order is not in the book at this vertex";
-      } else if (e.price != o.effective || e.seq != o.seq || e.flags != o.book_flags || e.tenant != o.tenant.value) {
+      } else if (e.price != o.effective || e.seq != m.Seq(o) || e.flags != o.book_flags || e.tenant != o.tenant.value) {
         why = "price, seq, flags or tenant differ from the order's";
       }
       if (why) r.Fail(where() + "entry " + Num(k) + " (order slot " + Num(e.slot) + ", order " + Num(o.id.value) + "): " + why);

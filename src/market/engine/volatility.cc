@@ -16,15 +16,16 @@ Price MarketEngine::Impl::ClipReference(const Order& o) {
   std::vector<NodeId> skip(Claims(o));
   std::vector<Price> prices;
   for (NodeId n : Claims(o)) prices.push_back(OwnClaimObtain(o, n));
-  for (uint32_t i = 0; i < o.count; ++i) {
+  const uint32_t count = Count(o);
+  for (uint32_t i = 0; i < count; ++i) {
     NodeId n = BestNodeFor(o, false, &skip);
     if (!n.valid()) break;
     skip.push_back(n);
     prices.push_back(Obtain(n));
   }
-  if (prices.size() < o.count) return kInfPrice;
-  std::nth_element(prices.begin(), prices.begin() + (o.count - 1), prices.end());
-  return prices[o.count - 1];
+  if (prices.size() < count) return kInfPrice;
+  std::nth_element(prices.begin(), prices.begin() + (count - 1), prices.end());
+  return prices[count - 1];
 }
 
 // Sets effective price and clip schedule after placement or a raise to
@@ -74,7 +75,7 @@ void MarketEngine::Impl::ClipStep(uint32_t slot) {
   }
   // Apart, the requested price stays as the effective one moves (an order
   // not apart has both equal, and eff is that price then).
-  SetEffective(slot, eff, o.seq);
+  SetEffective(slot, eff, Seq(o));
   StoreRequested(orders_[slot], requested);  // Drops the entry once the clip reaches it.
 }
 
