@@ -667,6 +667,11 @@ class SlotTable {
     }
   }
   auto value_at(size_t bucket) const requires kHasValue { return values_[bucket]; }
+  // Room for one more entry: the next Insert does not allocate.
+  template <typename KeyOf>
+  void ReserveOneMore(KeyOf& key_of) {
+    if (kLoadDen * (size_ + 1) > kLoadNum * slots_.size()) Grow(key_of);
+  }
   template <typename V>
   void set_value_at(size_t bucket, V v) requires kHasValue { values_[bucket] = v; }
   // Adds `slot` (with `value`), whose key must not be in the table.
@@ -783,6 +788,11 @@ class SlotPrices {
   }
   // Keeps `price` for `slot`, which must have none (may allocate).
   void Insert(uint32_t slot, Price price) { table_.Insert(slot, Self{}, price); }
+  // Room for one more price: the next Insert does not allocate (nor throw).
+  void ReserveOne() {
+    Self self;
+    table_.ReserveOneMore(self);
+  }
   // Keeps `price` for `slot`, in place of the one it has, if any (may allocate
   // if it has none).
   void Set(uint32_t slot, Price price) {
@@ -1089,9 +1099,11 @@ class MarketEngine::Impl {
   // which Narrow picks of the same type).
   TypeId OrderType(const Order& o) const { return V(o.scope).type; }
   // The requested prices that differ from their orders' effective ones
-  // (Order::apart; issue 12): with clipping off only inside an update, which
-  // keeps its new price in in_flight_ meanwhile, so the table stays empty;
-  // with clipping on, the orders whose effective price a clip holds below.
+  // (Order::apart; issue 12): the orders whose effective price a clip holds
+  // below their requested one (an update's new price waits in in_flight_, not
+  // here). With clipping never on the table stays empty; after SetParams
+  // turns it off, an order clipped then stays here until its next clip step
+  // or update brings the two together.
   // An entry outlives its order until the slot is reused, as the record's
   // other fields do (the snapshot writes every slot's).
   SlotPrices requested_apart_;

@@ -290,10 +290,21 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   // The first move away from the placed price keeps it for the snapshot.
   // Before the tenant's sums change: the table may allocate (and throw).
   if (price != requested && placed_.Find(slot) < 0) placed_.Insert(slot, requested);
+  // Likewise the room for the requested price's entry, which EndRequested may
+  // add once the update has begun, where it must not throw.
+  if (price != requested && !o.apart) requested_apart_.ReserveOne();
   t.committed = static_cast<Price>(t.committed + add_rate);
   t.committed_need = static_cast<Money>(t.committed_need + add_need);
   if (price == requested) return Status::Ok();
   BeginRequested(o, slot, price);  // The new requested price, until EndRequested.
+  // EndRequested however the update ends: a throw from the book (an
+  // allocation in SetEffective) must not leave in_flight_ naming this order,
+  // whose requested price would then read as none once another update began.
+  struct EndOnExit {
+    Impl* m;
+    uint32_t slot;
+    ~EndOnExit() { m->EndRequested(m->orders_[slot]); }
+  } end_on_exit{this, slot};
   if (price > requested) {
     Price before = o.effective;
     uint64_t seq = next_seq_++;
@@ -311,8 +322,7 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
     }
     SetEffective(slot, price, Seq(o));
   }
-  EndRequested(orders_[slot]);
-  return Status::Ok();
+  return Status::Ok();  // end_on_exit: EndRequested.
 }
 
 // SetSeq's rare cases (issue 12): a seq that does not fit the window (a new
