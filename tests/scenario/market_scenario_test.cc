@@ -451,12 +451,18 @@ TEST_F(ScenarioTest, ClippedOrdersKeepTheirRequestedPrice) {
   EXPECT_EQ(O(oc).spec.price, 20 * U);
   EXPECT_LT(O(oc).effective_price, 20 * U);
   Check();
-  // The clip lifts it step by step to its requested price, then no further.
+  // The clip lifts it a step at a time; its requested price stays its own
+  // (one clip interval on, it still rests: it outbids a only later).
+  const Price first = O(oc).effective_price;
+  AdvanceTo(16 * S + 60 * S);
+  ASSERT_TRUE(IsOpen(oc));
+  EXPECT_EQ(O(oc).spec.price, 20 * U);
+  EXPECT_GT(O(oc).effective_price, first);
+  EXPECT_LT(O(oc).effective_price, 20 * U);
+  Check();
+  // Later it outbids a, and b holds n0 after the grace.
   AdvanceTo(16 * S + 3600 * S);
-  if (IsOpen(oc)) {
-    EXPECT_EQ(O(oc).spec.price, 20 * U);
-    EXPECT_LE(O(oc).effective_price, 20 * U);
-  }
+  EXPECT_EQ(N(n0).holder, b);
   Check();
 }
 
