@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <charconv>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -581,9 +582,10 @@ struct BenchFlags {
 // when it was sent: a sender that falls behind (a full window, a late
 // wake-up, a slow server) adds its lateness to the updates that waited, as a
 // real client's would, instead of hiding it by sending less (coordinated
-// omission). `next_due` is the tenant's place in its schedule (messages),
-// kept across failovers. Returns why the stream failed, or "" when it ended
-// at `until`.
+// omission); the schedule ends at `until`, and every message due before it
+// is sent and waited for, however late. `phase` is the tenant's first
+// message's time; `next_due` is its place in the schedule (messages), kept
+// across failovers. Returns why the stream failed, or "" when it ended.
 template <typename Stub, typename OnError>
 std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order, const BenchFlags& b,
                            std::chrono::steady_clock::time_point phase, std::chrono::steady_clock::time_point until,
@@ -600,6 +602,11 @@ std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order,
   std::vector<std::atomic<int64_t>> sent(ring);  // By tag: the update's scheduled time (ns on Clock).
   std::atomic<uint64_t> acked{0};
   std::atomic<bool> stop{false};
+  std::atomic<uint32_t> wake{0};  // Moved on acks and on a stop: wakes a sender waiting for the window.
+  auto wake_sender = [&wake] {
+    wake.fetch_add(1, std::memory_order_release);
+    wake.notify_one();
+  };
   uint64_t next = 0;  // Tags on this stream; the sender's until it is joined.
   bool write_failed = false;
   std::thread sender([&] {
@@ -608,15 +615,19 @@ std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order,
     ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     const int64_t price_base = 10 * kMicroUnits;
     while (!stop.load(std::memory_order_relaxed)) {
-      const auto now = Clock::now();
-      if (now >= until) break;
-      if (due(*next_due) > now) {
-        std::this_thread::sleep_until(std::min(due(*next_due), until));
+      // The schedule ends at `until`; every message due before it is sent,
+      // however late (one left unsent would be one of the slowest, unmeasured).
+      const auto due_at = due(*next_due);
+      if (due_at >= until) break;
+      if (due_at > Clock::now()) {
+        std::this_thread::sleep_until(due_at);
         continue;
       }
+      const uint32_t seen = wake.load(std::memory_order_acquire);
       if (next + static_cast<uint64_t>(b.batch) - acked.load(std::memory_order_acquire) > static_cast<uint64_t>(b.window)) {
-        // The window has no room for the message: it waits, and its latency counts the wait.
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        // The window has no room for the message: it waits for acks (or a
+        // stop), and its latency counts the wait.
+        wake.wait(seen, std::memory_order_acquire);
         continue;
       }
       const int64_t at = due(*next_due).time_since_epoch().count();
@@ -653,12 +664,16 @@ std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order,
     };
     if (r.acks_size() == 0) one(r);
     for (const auto& a : r.acks()) one(a);
+    wake_sender();
     if (!refused.empty()) {
       ctx.TryCancel();  // The sender's next Write fails; the stream is closed below.
       break;
     }
   }
+  // A sender asleep until its next message's time sees the stop then (at most
+  // one message interval later).
   stop.store(true, std::memory_order_relaxed);
+  wake_sender();
   sender.join();
   grpc::Status g = stream->Finish();
   std::string failure = !refused.empty() ? refused : g.ok() ? "" : g.error_message();
@@ -756,42 +771,63 @@ int RunBenchServer(const BenchFlags& b) {
   std::string first = admin.address() + "," + b.client.server;
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
-  auto t0 = std::chrono::steady_clock::now();
-  auto until = t0 + std::chrono::milliseconds(static_cast<int64_t>(b.seconds * 1000));
+  // The clock starts once every tenant's first connection is up (or has had
+  // its 2 s): an open loop's schedule must not count the connections' set-up
+  // as the server's latency, nor a closed loop's rate the time before its
+  // first send. The barrier's completion sets the start for all.
+  const auto length = std::chrono::milliseconds(static_cast<int64_t>(b.seconds * 1000));
+  std::chrono::steady_clock::time_point t0, until;
+  std::barrier start(b.tenants, [&]() noexcept {
+    t0 = std::chrono::steady_clock::now();
+    until = t0 + length;
+  });
   std::vector<std::thread> threads;
-  // Open loop: tenant i's k-th update is due at t0 + (i / tenants + k) / (rate / tenants).
-  const std::chrono::nanoseconds interval(b.rate > 0 ? static_cast<int64_t>(1e9 * b.tenants / b.rate) : 0);
+  // Open loop: each tenant sends a message every `message_interval`, tenant i
+  // i / tenants of it after the start, so that the messages of all tenants
+  // come evenly spaced.
+  const std::chrono::nanoseconds message_interval(
+      b.rate > 0 ? static_cast<int64_t>(1e9 * b.batch * b.tenants / b.rate) : 0);
   for (size_t ti = 0; ti < workers.size(); ++ti) {
     Worker& w = workers[ti];
-    const auto phase = t0 + interval * static_cast<int64_t>(ti) / b.tenants;
-    threads.emplace_back([&w, &b, &first, until, phase] {
+    threads.emplace_back([&w, &b, &first, &start, &t0, &until, message_interval, ti] {
       server::Endpoints eps(first);
-      uint64_t next_due = 0;  // Open loop: the next update of the schedule (kept across failovers).
+      uint64_t next_due = 0;  // Open loop: the next message of the schedule (kept across failovers).
       w.lat_ms.reserve(1 << 20);
       int64_t price_base = 10 * kMicroUnits;
-      while (std::chrono::steady_clock::now() < until) {
-        // Each tenant has its own channel, as separate clients would.
+      // Each tenant has its own channel, as separate clients would.
+      auto channel = [&eps] {
         grpc::ChannelArguments args;
         args.SetInt("grpc.use_local_subchannel_pool", 1);
         args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
         args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-        auto ch = grpc::CreateCustomChannel(eps.current(), grpc::InsecureChannelCredentials(), args);
-        auto stub = pb::TenantService::NewStub(ch);
-        std::string failure;
-        // Connected before anything is sent: a call on a channel whose first
-        // connection attempt failed fails at once (UNAVAILABLE, "failed to
-        // connect to all addresses"), and the bench counted the window it had
-        // written into such a stream as updates never acknowledged, though the
-        // server never saw them (now and then, on loopback, at a run's start).
-        // The channel retries the connection itself (backoff 100 ms to 1 s);
-        // an endpoint that does not connect within 2 s is left for the next.
-        auto wait = std::min<std::chrono::steady_clock::duration>(until - std::chrono::steady_clock::now(),
-                                                                  std::chrono::seconds(2));
-        if (!ch->WaitForConnected(std::chrono::system_clock::now() + wait)) {
+        return grpc::CreateCustomChannel(eps.current(), grpc::InsecureChannelCredentials(), args);
+      };
+      // Connected before anything is sent: a call on a channel whose first
+      // connection attempt failed fails at once (UNAVAILABLE, "failed to
+      // connect to all addresses"), and the bench counted the window it had
+      // written into such a stream as updates never acknowledged, though the
+      // server never saw them (now and then, on loopback, at a run's start).
+      // The channel retries the connection itself (backoff 100 ms to 1 s);
+      // an endpoint that does not connect within 2 s is left for the next.
+      auto ch = channel();
+      bool connected = ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      start.arrive_and_wait();
+      const auto phase = t0 + message_interval * static_cast<int64_t>(ti) / b.tenants;
+      while (std::chrono::steady_clock::now() < until) {
+        if (ch == nullptr) {
+          ch = channel();
+          auto wait = std::min<std::chrono::steady_clock::duration>(until - std::chrono::steady_clock::now(),
+                                                                    std::chrono::seconds(2));
+          connected = ch->WaitForConnected(std::chrono::system_clock::now() + wait);
+        }
+        if (!connected) {
           if (std::chrono::steady_clock::now() >= until) break;
           eps.Next("could not connect to " + eps.current() + " within 2 s");
+          ch = nullptr;
           continue;
         }
+        auto stub = pb::TenantService::NewStub(ch);
+        std::string failure;
         if (b.mode == "unary") {
           for (uint64_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
             pb::UpdateOrderRequest q;
@@ -886,6 +922,7 @@ int RunBenchServer(const BenchFlags& b) {
         }
         if (failure.empty()) break;
         eps.Next(failure);
+        ch = nullptr;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
@@ -1796,6 +1833,11 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
         // A unary caller has one update in flight: it cannot keep a schedule.
         *exit_code = Fail(b.client.json, grpc::StatusCode::INVALID_ARGUMENT,
                           "--rate: an open-loop schedule needs --mode stream (a unary tenant has one update in flight)");
+        return;
+      }
+      if (b.rate > 0 && b.rate < 1) {
+        *exit_code = Fail(b.client.json, grpc::StatusCode::INVALID_ARGUMENT,
+                          "--rate: at least 1 update per second (0 runs a closed loop)");
         return;
       }
       if (b.rate > 0 && b.batch > b.window) {

@@ -45,11 +45,10 @@ rate = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 assert d["offered_per_sec"] == rate, d
 assert d["latency_from"] == ("scheduled send time" if rate > 0 else "send"), d
 if rate > 0:
-    # Open loop: the schedule sets how many are sent (all of them are acknowledged, errors are 0
-    # below); a sender that falls behind catches up, so about rate x seconds, never more than
-    # one message per tenant beyond it.
+    # Open loop: the schedule sets how many are sent, every message due within the run however
+    # late (all acknowledged: errors are 0 below), so rate x seconds to within a message a tenant.
     expected = rate * 0.5
-    assert 0.5 * expected <= d["acknowledged"] <= expected + d["batch"] * d["tenants"], (expected, d)
+    assert abs(d["acknowledged"] - expected) <= d["batch"] * d["tenants"], (expected, d)
 assert d["acknowledged"] > 0 and d["updates_per_sec"] > 0, d
 assert d["errors"] == 0 and d["first_error"] == "", d
 assert 0 < d["p50_ms"] <= d["p99_ms"] <= d["p999_ms"], d
@@ -79,4 +78,5 @@ refused() {  # WANT_FLAG ARGS...: exit 2, and the error names the flag
 }
 refused --rate --mode unary --rate 100
 refused --batch --window 4 --batch 8 --rate 100
+refused --rate --rate 0.5
 echo "open loop refused where it cannot be kept"
