@@ -42,6 +42,8 @@
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "market/engine/min_tree.h"
@@ -718,17 +720,21 @@ class SlotTable {
   size_t Next(size_t i) const { return i + 1 == slots_.size() ? 0 : i + 1; }
   // How far bucket `to` lies after `from`, cyclically.
   size_t Distance(size_t from, size_t to) const { return to >= from ? to - from : to + slots_.size() - from; }
+  // The new buckets are allocated before the old ones are let go: an
+  // allocation that throws leaves the table as it was (it emptied the table
+  // when the old buckets were swapped out first). The re-inserts allocate
+  // nothing.
   template <typename KeyOf>
   void Grow(KeyOf& key_of) {
-    std::vector<uint32_t> old_slots;
-    old_slots.swap(slots_);
-    size_t cap = std::max<size_t>(16, old_slots.size() + old_slots.size() / 4);
-    slots_.assign(cap, kNone);
+    const size_t cap = std::max<size_t>(16, slots_.size() + slots_.size() / 4);
+    std::vector<uint32_t> grown(cap, kNone);
+    decltype(values_) grown_values;
+    if constexpr (kHasValue) grown_values.assign(cap, Value{});
+    // From here on nothing throws (the moves do not).
+    std::vector<uint32_t> old_slots = std::exchange(slots_, std::move(grown));
     size_ = 0;
     if constexpr (kHasValue) {
-      std::vector<Value> old_values;
-      old_values.swap(values_);
-      values_.assign(cap, Value{});
+      auto old_values = std::exchange(values_, std::move(grown_values));
       for (size_t k = 0; k < old_slots.size(); ++k) {
         if (old_slots[k] != kNone) Insert(old_slots[k], key_of, old_values[k]);
       }

@@ -1,0 +1,105 @@
+// Allocation failures (issue 12, review): a std::bad_alloc inside the engine's
+// tables or inside an update leaves what it touched usable. This binary
+// replaces the global operator new (only here) with one that fails the n-th
+// allocation once armed, and the tests arm it at every allocation in turn.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "market/engine/engine_impl.h"
+#include "market/market_engine.h"
+
+namespace {
+long g_fail_in = -1;  // Allocations to let through before one fails; -1: none fails.
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_fail_in == 0) {
+    g_fail_in = -1;
+    throw std::bad_alloc();
+  }
+  if (g_fail_in > 0) --g_fail_in;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace laissez::market {
+namespace {
+
+using engine_internal::SlotTable;
+
+// A growth whose allocation fails leaves every entry findable (it emptied the
+// table when the old buckets were let go before the new ones were allocated).
+TEST(AllocationFailure, AGrowthThatFailsLeavesTheSlotTableAsItWas) {
+  SlotTable<Price, 1, 2> table;
+  auto key_of = [](uint32_t s) { return uint64_t{s}; };
+  int failed = 0;
+  for (uint32_t s = 0; s < 1000; ++s) {
+    g_fail_in = 0;  // The insert's first allocation, if it makes one, fails.
+    try {
+      table.Insert(s, key_of, Price{s} * 10);
+    } catch (const std::bad_alloc&) {
+      ++failed;
+      g_fail_in = -1;
+      ASSERT_EQ(table.size(), s);
+      for (uint32_t q = 0; q < s; ++q) {
+        size_t b = table.Bucket(q, key_of);
+        ASSERT_NE(b, (SlotTable<Price, 1, 2>::kNone)) << "slot " << q << " lost by a failed growth at " << s;
+        ASSERT_EQ(table.value_at(b), Price{q} * 10);
+      }
+      table.Insert(s, key_of, Price{s} * 10);
+    }
+    g_fail_in = -1;
+  }
+  EXPECT_GT(failed, 5);  // Every growth was made to fail once.
+}
+
+constexpr Micros kSec = kMicrosPerSecond;
+constexpr Price kUnit = kMicroUnits;
+
+// An update that throws part-way (an allocation anywhere inside it) leaves
+// its order a requested price, the old or the new, and a later update of
+// another order does not turn it into none (-1): the update's in-flight
+// price is ended however the update ends (Impl::Update).
+TEST(AllocationFailure, AnUpdateThatThrowsLeavesItsOrderARequestedPrice) {
+  int threw = 0;
+  for (long k = 0;; ++k) {
+    MarketEngine e{MarketParams{}};
+    ASSERT_TRUE(e.AddNode(0, topology::NodeInfo{"n0", "h100", "eu", "eu-1a", "r1", "k1", {8, 640, 1000}}).ok());
+    auto a = e.CreateTenant(0, "a", 1'000'000 * kUnit);
+    auto b = e.CreateTenant(0, "b", 1'000'000 * kUnit);
+    ASSERT_TRUE(a.ok() && b.ok());
+    VertexId h100 = *e.topology().FindVertex("h100");
+    ASSERT_TRUE(e.PlaceOrder(0, *a, OrderSpec{h100, 20 * kUnit}).ok());  // a holds n0.
+    MarketParams p;
+    p.clip_alpha_ppm = 100'000;
+    p.clip_interval = 60 * kSec;
+    ASSERT_TRUE(e.SetParams(kSec, p).ok());
+    auto o1 = e.PlaceOrder(2 * kSec, *b, OrderSpec{h100, 5 * kUnit});
+    auto o2 = e.PlaceOrder(2 * kSec, *b, OrderSpec{h100, 6 * kUnit});
+    ASSERT_TRUE(o1.ok() && o2.ok());
+    bool failed = false;
+    g_fail_in = k;
+    try {
+      (void)e.UpdateOrder(3 * kSec, *b, *o1, 12 * kUnit);  // A raise, clipped: its price stays apart.
+    } catch (const std::bad_alloc&) {
+      failed = true;
+    }
+    g_fail_in = -1;
+    if (!failed) break;  // Past the update's last allocation.
+    ++threw;
+    (void)e.UpdateOrder(4 * kSec, *b, *o2, 7 * kUnit);
+    auto v = e.GetOrder(*o1);
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE(v->spec.price == 5 * kUnit || v->spec.price == 12 * kUnit)
+        << "allocation " << k << ": requested price " << v->spec.price;
+  }
+  EXPECT_GT(threw, 0);
+}
+
+}  // namespace
+}  // namespace laissez::market
