@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "market/engine/engine_impl.h"
 #include "market/market_engine.h"
@@ -28,6 +30,12 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace laissez::market {
+
+struct EngineTestPeer {
+  using Impl = MarketEngine::Impl;
+  static Impl& Of(MarketEngine& e) { return *e.impl_; }
+};
+
 namespace {
 
 using engine_internal::SlotTable;
@@ -99,6 +107,60 @@ TEST(AllocationFailure, AnUpdateThatThrowsLeavesItsOrderARequestedPrice) {
         << "allocation " << k << ": requested price " << v->spec.price;
   }
   EXPECT_GT(threw, 0);
+}
+
+// A placement whose seq moves the seqs' base (Impl::RebaseSeqs), with an
+// allocation of the rebase failing: every order keeps its seq. The slots
+// alternate between older orders, whose seqs go apart, and newer ones, whose
+// offsets are rewritten, so a rebase that failed part-way would leave some
+// offsets measured from a base that never moved. The rebase makes its room
+// before it rewrites anything, and runs before the placement changes anything.
+TEST(AllocationFailure, ARebaseThatFailsLeavesEverySeq) {
+  int threw = 0;
+  for (long k = 0;; ++k) {
+    MarketEngine e{MarketParams{}};
+    EngineTestPeer::Impl& m = EngineTestPeer::Of(e);
+    ASSERT_TRUE(e.AddNode(0, topology::NodeInfo{"n0", "h100", "eu", "eu-1a", "r1", "k1", {8, 640, 1000}}).ok());
+    auto a = e.CreateTenant(0, "a", 1'000'000 * kUnit);
+    auto b = e.CreateTenant(0, "b", 1'000'000 * kUnit);
+    ASSERT_TRUE(a.ok() && b.ok());
+    VertexId h100 = *e.topology().FindVertex("h100");
+    ASSERT_TRUE(e.PlaceOrder(0, *a, OrderSpec{h100, 9 * kUnit}).ok());  // a holds n0; the rest rest.
+    m.next_seq_ = uint64_t{1} << 31;  // Older orders' seqs: 2^31 on.
+    std::vector<OrderId> older;
+    for (int i = 0; i < 40; ++i) older.push_back(*e.PlaceOrder(0, *a, OrderSpec{h100, kUnit}));
+    for (int i = 1; i < 40; i += 2) ASSERT_TRUE(e.CancelOrder(0, *a, older[i]).ok());  // Every other slot free.
+    m.next_seq_ = (uint64_t{1} << 31) + (uint64_t{1} << 30);  // Newer orders' seqs, in the freed slots.
+    std::vector<OrderId> newer;
+    for (int i = 0; i < 20; ++i) newer.push_back(*e.PlaceOrder(0, *a, OrderSpec{h100, kUnit}));
+    std::vector<std::pair<OrderId, uint64_t>> resting;
+    for (OrderId id : older) {
+      if (auto v = e.GetOrder(id); v.ok()) resting.emplace_back(id, v->seq);
+    }
+    for (OrderId id : newer) resting.emplace_back(id, e.GetOrder(id)->seq);
+    ASSERT_EQ(resting.size(), 40u);
+    // The next seq's base falls between the two: the older go apart, the newer stay.
+    m.next_seq_ = (uint64_t{1} << 32) + (uint64_t{1} << 30);
+    bool failed = false;
+    g_fail_in = k;
+    try {
+      (void)e.PlaceOrder(kSec, *b, OrderSpec{h100, kUnit});
+    } catch (const std::bad_alloc&) {
+      failed = true;
+    }
+    g_fail_in = -1;
+    for (const auto& [id, seq] : resting) {
+      auto v = e.GetOrder(id);
+      ASSERT_TRUE(v.ok());
+      ASSERT_EQ(v->seq, seq) << "allocation " << k << ", order " << id.value;
+    }
+    if (!failed) {
+      EXPECT_EQ(m.seq_apart_.size(), 20u);  // The older ones (the placement reused no apart slot).
+      break;  // Past the placement's last allocation.
+    }
+    ++threw;
+  }
+  EXPECT_GT(threw, 2);  // The rebase's room grows the table more than once.
 }
 
 }  // namespace

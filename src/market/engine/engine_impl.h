@@ -192,7 +192,7 @@ enum BookFlag : uint8_t { kFlagGang = 1, kFlagPending = 2 };
 
 // 16 bytes (issue 12): the flags share the slot's word, and the order's seq,
 // which only breaks ties between equal prices, is read from its record
-// (Order::seq, the same value: an order's seq changes only by a re-entry,
+// (Impl::Seq, the same value: an order's seq changes only by a re-entry,
 // BookReprice) where the entry carried a copy (24 bytes). The price and the
 // tenant stay: the walks over a book (candidates, its top, its summary) read
 // them for every entry they pass, and the records would cost a cache line each.
@@ -669,10 +669,10 @@ class SlotTable {
     }
   }
   auto value_at(size_t bucket) const requires kHasValue { return values_[bucket]; }
-  // Room for one more entry: the next Insert does not allocate.
+  // Room for n more entries: the next n Inserts do not allocate.
   template <typename KeyOf>
-  void ReserveOneMore(KeyOf& key_of) {
-    if (kLoadDen * (size_ + 1) > kLoadNum * slots_.size()) Grow(key_of);
+  void Reserve(size_t n, KeyOf& key_of) {
+    while (kLoadDen * (size_ + n) > kLoadNum * slots_.size()) Grow(key_of);
   }
   template <typename V>
   void set_value_at(size_t bucket, V v) requires kHasValue { values_[bucket] = v; }
@@ -794,10 +794,10 @@ class SlotPrices {
   }
   // Keeps `price` for `slot`, which must have none (may allocate).
   void Insert(uint32_t slot, Price price) { table_.Insert(slot, Self{}, price); }
-  // Room for one more price: the next Insert does not allocate (nor throw).
-  void ReserveOne() {
+  // Room for n more prices: the next n Inserts do not allocate (nor throw).
+  void Reserve(size_t n) {
     Self self;
-    table_.ReserveOneMore(self);
+    table_.Reserve(n, self);
   }
   // Keeps `price` for `slot`, in place of the one it has, if any (may allocate
   // if it has none).
@@ -1068,6 +1068,12 @@ class MarketEngine::Impl {
     }
   }
   void StoreSeq(Order& o, uint64_t seq);  // SetSeq's rare cases (orders.cc).
+  // Place and a raise take the next seq: where it would not fit the window,
+  // the base moves first, before the call changes anything (a rebase that
+  // throws, allocating, then leaves the engine as it was).
+  void MakeRoomForNextSeq() {
+    if (__builtin_expect(next_seq_ - seq_base_ >= Order::kSeqApart, 0)) RebaseSeqs(next_seq_);
+  }
   // A restored record's seq (a fresh record's): any value, apart if it does
   // not fit; the base does not move.
   void RestoreSeq(Order& o, uint64_t seq) {

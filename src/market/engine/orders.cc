@@ -182,6 +182,7 @@ Result<OrderId> MarketEngine::Impl::Place(TenantId tid, const OrderSpec& spec) {
   __int128 add_rate = static_cast<__int128>(spec.price) * spec.count;
   __int128 add_need = static_cast<__int128>(spec.count) * GraceCost(spec.price, params_.grace);
   LZ_RETURN_IF_ERROR(CheckBudget(t, add_rate, add_need));
+  MakeRoomForNextSeq();
 
   uint32_t slot;
   if (!free_slots_.empty()) {
@@ -292,7 +293,8 @@ Status MarketEngine::Impl::Update(TenantId tid, OrderId id, Price price) {
   if (price != requested && placed_.Find(slot) < 0) placed_.Insert(slot, requested);
   // Likewise the room for the requested price's entry, which EndRequested may
   // add once the update has begun, where it must not throw.
-  if (price != requested && !o.apart) requested_apart_.ReserveOne();
+  if (price != requested && !o.apart) requested_apart_.Reserve(1);
+  if (price > requested) MakeRoomForNextSeq();  // A raise takes a new seq.
   t.committed = static_cast<Price>(t.committed + add_rate);
   t.committed_need = static_cast<Money>(t.committed_need + add_need);
   if (price == requested) return Status::Ok();
@@ -343,9 +345,13 @@ void MarketEngine::Impl::StoreSeq(Order& o, uint64_t seq) {
 
 // Moves the seqs' base to kSeqWindow below `seq`, a seq above the window:
 // every slot's offset is rewritten, and a seq below the new base goes apart.
-// Once in 2^31 seqs at most; a pass over the slots.
+// Once in 2^31 seqs at most; two passes over the slots. The room for the
+// seqs that go apart is made first, so that nothing changes unless all does.
 void MarketEngine::Impl::RebaseSeqs(uint64_t seq) {
   const uint64_t base = seq - kSeqWindow;
+  size_t going_apart = 0;
+  for (const Order& o : orders_) going_apart += o.seq_rel != Order::kSeqApart && seq_base_ + o.seq_rel < base;
+  seq_apart_.Reserve(going_apart);
   for (uint32_t slot = 0; slot < orders_.size(); ++slot) {
     Order& o = orders_[slot];
     if (o.seq_rel == Order::kSeqApart) continue;  // Apart already: stays so.
