@@ -69,6 +69,19 @@ TEST(AllocationFailure, AGrowthThatFailsLeavesTheSlotTableAsItWas) {
 constexpr Micros kSec = kMicrosPerSecond;
 constexpr Price kUnit = kMicroUnits;
 
+// One h100 node n0 and two funded tenants, a and b.
+struct OneNodeMarket {
+  MarketEngine engine{MarketParams{}};
+  TenantId a, b;
+  VertexId h100;
+  OneNodeMarket() {
+    EXPECT_TRUE(engine.AddNode(0, topology::NodeInfo{"n0", "h100", "eu", "eu-1a", "r1", "k1", {8, 640, 1000}}).ok());
+    a = *engine.CreateTenant(0, "a", 1'000'000 * kUnit);
+    b = *engine.CreateTenant(0, "b", 1'000'000 * kUnit);
+    h100 = *engine.topology().FindVertex("h100");
+  }
+};
+
 // An update that throws part-way (an allocation anywhere inside it) leaves
 // its order a requested price, the old or the new, and a later update of
 // another order does not turn it into none (-1): the update's in-flight
@@ -76,31 +89,29 @@ constexpr Price kUnit = kMicroUnits;
 TEST(AllocationFailure, AnUpdateThatThrowsLeavesItsOrderARequestedPrice) {
   int threw = 0;
   for (long k = 0;; ++k) {
-    MarketEngine e{MarketParams{}};
-    ASSERT_TRUE(e.AddNode(0, topology::NodeInfo{"n0", "h100", "eu", "eu-1a", "r1", "k1", {8, 640, 1000}}).ok());
-    auto a = e.CreateTenant(0, "a", 1'000'000 * kUnit);
-    auto b = e.CreateTenant(0, "b", 1'000'000 * kUnit);
-    ASSERT_TRUE(a.ok() && b.ok());
-    VertexId h100 = *e.topology().FindVertex("h100");
-    ASSERT_TRUE(e.PlaceOrder(0, *a, OrderSpec{h100, 20 * kUnit}).ok());  // a holds n0.
+    OneNodeMarket mk;
+    MarketEngine& e = mk.engine;
+    const TenantId a = mk.a, b = mk.b;
+    const VertexId h100 = mk.h100;
+    ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{h100, 20 * kUnit}).ok());  // a holds n0.
     MarketParams p;
     p.clip_alpha_ppm = 100'000;
     p.clip_interval = 60 * kSec;
     ASSERT_TRUE(e.SetParams(kSec, p).ok());
-    auto o1 = e.PlaceOrder(2 * kSec, *b, OrderSpec{h100, 5 * kUnit});
-    auto o2 = e.PlaceOrder(2 * kSec, *b, OrderSpec{h100, 6 * kUnit});
+    auto o1 = e.PlaceOrder(2 * kSec, b, OrderSpec{h100, 5 * kUnit});
+    auto o2 = e.PlaceOrder(2 * kSec, b, OrderSpec{h100, 6 * kUnit});
     ASSERT_TRUE(o1.ok() && o2.ok());
     bool failed = false;
     g_fail_in = k;
     try {
-      (void)e.UpdateOrder(3 * kSec, *b, *o1, 12 * kUnit);  // A raise, clipped: its price stays apart.
+      (void)e.UpdateOrder(3 * kSec, b, *o1, 12 * kUnit);  // A raise, clipped: its price stays apart.
     } catch (const std::bad_alloc&) {
       failed = true;
     }
     g_fail_in = -1;
     if (!failed) break;  // Past the update's last allocation.
     ++threw;
-    (void)e.UpdateOrder(4 * kSec, *b, *o2, 7 * kUnit);
+    (void)e.UpdateOrder(4 * kSec, b, *o2, 7 * kUnit);
     auto v = e.GetOrder(*o1);
     ASSERT_TRUE(v.ok());
     EXPECT_TRUE(v->spec.price == 5 * kUnit || v->spec.price == 12 * kUnit)
@@ -118,21 +129,19 @@ TEST(AllocationFailure, AnUpdateThatThrowsLeavesItsOrderARequestedPrice) {
 TEST(AllocationFailure, ARebaseThatFailsLeavesEverySeq) {
   int threw = 0;
   for (long k = 0;; ++k) {
-    MarketEngine e{MarketParams{}};
+    OneNodeMarket mk;
+    MarketEngine& e = mk.engine;
     EngineTestPeer::Impl& m = EngineTestPeer::Of(e);
-    ASSERT_TRUE(e.AddNode(0, topology::NodeInfo{"n0", "h100", "eu", "eu-1a", "r1", "k1", {8, 640, 1000}}).ok());
-    auto a = e.CreateTenant(0, "a", 1'000'000 * kUnit);
-    auto b = e.CreateTenant(0, "b", 1'000'000 * kUnit);
-    ASSERT_TRUE(a.ok() && b.ok());
-    VertexId h100 = *e.topology().FindVertex("h100");
-    ASSERT_TRUE(e.PlaceOrder(0, *a, OrderSpec{h100, 9 * kUnit}).ok());  // a holds n0; the rest rest.
+    const TenantId a = mk.a, b = mk.b;
+    const VertexId h100 = mk.h100;
+    ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{h100, 9 * kUnit}).ok());  // a holds n0; the rest rest.
     m.next_seq_ = uint64_t{1} << 31;  // Older orders' seqs: 2^31 on.
     std::vector<OrderId> older;
-    for (int i = 0; i < 40; ++i) older.push_back(*e.PlaceOrder(0, *a, OrderSpec{h100, kUnit}));
-    for (int i = 1; i < 40; i += 2) ASSERT_TRUE(e.CancelOrder(0, *a, older[i]).ok());  // Every other slot free.
+    for (int i = 0; i < 40; ++i) older.push_back(*e.PlaceOrder(0, a, OrderSpec{h100, kUnit}));
+    for (int i = 1; i < 40; i += 2) ASSERT_TRUE(e.CancelOrder(0, a, older[i]).ok());  // Every other slot free.
     m.next_seq_ = (uint64_t{1} << 31) + (uint64_t{1} << 30);  // Newer orders' seqs, in the freed slots.
     std::vector<OrderId> newer;
-    for (int i = 0; i < 20; ++i) newer.push_back(*e.PlaceOrder(0, *a, OrderSpec{h100, kUnit}));
+    for (int i = 0; i < 20; ++i) newer.push_back(*e.PlaceOrder(0, a, OrderSpec{h100, kUnit}));
     std::vector<std::pair<OrderId, uint64_t>> resting;
     for (OrderId id : older) {
       if (auto v = e.GetOrder(id); v.ok()) resting.emplace_back(id, v->seq);
@@ -144,7 +153,7 @@ TEST(AllocationFailure, ARebaseThatFailsLeavesEverySeq) {
     bool failed = false;
     g_fail_in = k;
     try {
-      (void)e.PlaceOrder(kSec, *b, OrderSpec{h100, kUnit});
+      (void)e.PlaceOrder(kSec, b, OrderSpec{h100, kUnit});
     } catch (const std::bad_alloc&) {
       failed = true;
     }
