@@ -81,9 +81,11 @@ TEST(EngineRecordTest, ASeqApartKeepsItsPriorityAndItsSnapshot) {
   EXPECT_EQ(m.seq_apart_.size(), 0u);
 }
 
-// A seq far from the base in an image (here: next_seq_ moved back below a
-// live order's seq before the snapshot) restores apart, exactly.
-TEST(EngineRecordTest, AnImagesSeqOutsideTheWindowRestoresExactly) {
+// An image whose live order holds a seq at or past the image's next seq
+// (here: next_seq_ moved back below it before the snapshot) is refused, as
+// the next order placed would share that seq; the engine restored into is
+// left as it was.
+TEST(EngineRecordTest, AnImagesSeqPastItsNextSeqIsRefused) {
   MarketEngine engine{MarketParams{}};
   EngineTestPeer::Impl& m = EngineTestPeer::Of(engine);
   ASSERT_TRUE(engine.AddNode(0, NodeNamed("n1")).ok());
@@ -93,16 +95,86 @@ TEST(EngineRecordTest, AnImagesSeqOutsideTheWindowRestoresExactly) {
   m.next_seq_ = uint64_t{1} << 40;
   auto far = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
   ASSERT_TRUE(far.ok());
-  auto later = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
-  ASSERT_TRUE(later.ok());
-  m.next_seq_ = 7;  // The restore's base is 0: 2^40 does not fit beside it.
+  const std::string honest = engine.Snapshot();
+  m.next_seq_ = 7;
   const std::string image = engine.Snapshot();
+
+  MarketEngine target{MarketParams{}};
+  ASSERT_TRUE(target.Restore(honest).ok());
+  Status refused = target.Restore(image);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("order " + std::to_string(far->value) + ": seq " +
+                                   std::to_string(uint64_t{1} << 40) + " is live, but the next seq is 7"),
+            std::string::npos)
+      << refused.ToString();
+  EXPECT_EQ(target.Snapshot(), honest);
+}
+
+// A raise that finds the next seq past the window moves the base first: an
+// older order falls apart and keeps its time priority, the raised order takes
+// the next seq in the window.
+TEST(EngineRecordTest, ARaiseMovesTheBase) {
+  MarketEngine engine{MarketParams{}};
+  EngineTestPeer::Impl& m = EngineTestPeer::Of(engine);
+  NodeId n = *engine.AddNode(0, NodeNamed("n1"));
+  VertexId h100 = *engine.topology().FindVertex("h100");
+  TenantId holder = NewTenant(engine, "holder"), a = NewTenant(engine, "a"), b = NewTenant(engine, "b");
+  ASSERT_TRUE(engine.PlaceOrder(0, holder, OrderSpec{h100, 10 * kUnit}).ok());
+  auto older = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
+  auto raised = engine.PlaceOrder(kSec, b, OrderSpec{h100, 4 * kUnit});
+  ASSERT_TRUE(older.ok() && raised.ok());
+  const uint64_t older_seq = engine.GetOrder(*older)->seq;
+  const uint64_t base_before = m.seq_base_;
+  m.next_seq_ = older_seq + (uint64_t{1} << 33);
+  ASSERT_TRUE(engine.UpdateOrder(2 * kSec, b, *raised, 5 * kUnit).ok());
+  EXPECT_GT(m.seq_base_, base_before);
+  EXPECT_EQ(m.orders_[m.FindSlot(older->value)].seq_rel, Order::kSeqApart);
+  EXPECT_NE(m.orders_[m.FindSlot(raised->value)].seq_rel, Order::kSeqApart);
+  EXPECT_EQ(engine.GetOrder(*older)->seq, older_seq);
+  EXPECT_EQ(engine.GetOrder(*raised)->seq, older_seq + (uint64_t{1} << 33));
+  // Both at 5: the node, freed, goes to the older order.
+  ASSERT_TRUE(engine.Relinquish(3 * kSec, holder, n).ok());
+  EXPECT_EQ(engine.GetNode(n)->holder, a);
+}
+
+// A restored engine moves its base as the one it was taken from does: the
+// same calls after the restore give the same seqs, the same fills and the
+// same image.
+TEST(EngineRecordTest, ARestoredEngineMovesItsBaseAlike) {
+  MarketEngine engine{MarketParams{}};
+  EngineTestPeer::Impl& m = EngineTestPeer::Of(engine);
+  NodeId n = *engine.AddNode(0, NodeNamed("n1"));
+  VertexId h100 = *engine.topology().FindVertex("h100");
+  TenantId holder = NewTenant(engine, "holder"), a = NewTenant(engine, "a"), b = NewTenant(engine, "b");
+  ASSERT_TRUE(engine.PlaceOrder(0, holder, OrderSpec{h100, 10 * kUnit}).ok());
+  auto older = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
+  ASSERT_TRUE(older.ok());
+  const uint64_t older_seq = engine.GetOrder(*older)->seq;
+  // Two seqs before the end of the original's window (its base is 0): its
+  // third placement below moves its base. The restored engine's base sits
+  // where a rebase at this next seq would put it, so it moves none.
+  ASSERT_EQ(m.seq_base_, 0u);
+  m.next_seq_ = Order::kSeqApart - 2;
   MarketEngine restored{MarketParams{}};
-  ASSERT_TRUE(restored.Restore(image).ok());
-  EXPECT_EQ(restored.Snapshot(), image);
-  EXPECT_EQ(restored.GetOrder(*far)->seq, uint64_t{1} << 40);
-  EXPECT_EQ(restored.GetOrder(*later)->seq, (uint64_t{1} << 40) + 1);
-  EXPECT_GE(EngineTestPeer::Of(restored).seq_apart_.size(), 2u);
+  ASSERT_TRUE(restored.Restore(engine.Snapshot()).ok());
+  const uint64_t restored_base = EngineTestPeer::Of(restored).seq_base_;
+  EXPECT_GT(restored_base, 0u);
+  for (MarketEngine* e : {&engine, &restored}) {
+    for (int i = 0; i < 4; ++i) {
+      auto placed = e->PlaceOrder(2 * kSec, b, OrderSpec{h100, 5 * kUnit});
+      ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+      EXPECT_EQ(e->GetOrder(*placed)->seq, uint64_t{Order::kSeqApart} - 2 + i);
+    }
+    EXPECT_EQ(e->GetOrder(*older)->seq, older_seq);
+  }
+  EXPECT_GT(m.seq_base_, 0u);
+  EXPECT_EQ(EngineTestPeer::Of(restored).seq_base_, restored_base);
+  EXPECT_EQ(restored.Snapshot(), engine.Snapshot());
+  for (MarketEngine* e : {&engine, &restored}) {
+    ASSERT_TRUE(e->Relinquish(3 * kSec, holder, n).ok());
+    EXPECT_EQ(e->GetNode(n)->holder, a);
+  }
+  EXPECT_EQ(restored.Snapshot(), engine.Snapshot());
 }
 
 // A gang of more nodes than the record's 20 bits count keeps its count

@@ -817,6 +817,11 @@ Status MarketEngine::Restore(std::string_view image) {
     } else if (r.ok() && sp.type != m.OrderType(o)) {
       r.Fail("order " + Num(o.id.value) + ": type " + Num(sp.type.value) + " is not its scope's (" + Num(m.OrderType(o).value) + ")");
     }
+    // Seqs are taken from next_seq_ upwards: a live order at or past it
+    // would share its seq with the next order placed.
+    if (r.ok() && o.alive && sp.seq >= m.next_seq_) {
+      r.Fail("order " + Num(o.id.value) + ": seq " + Num(sp.seq) + " is live, but the next seq is " + Num(m.next_seq_));
+    }
     if (r.ok()) m.SetCount(o, sp.count);
     if (r.ok()) m.RestoreSeq(o, sp.seq);
     if (r.ok() && sp.placed >= 0) m.placed_.Insert(slot, sp.placed);
