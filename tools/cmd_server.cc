@@ -619,8 +619,11 @@ std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order,
       // however late (one left unsent would be one of the slowest, unmeasured).
       const auto due_at = due(*next_due);
       if (due_at >= until) break;
-      if (due_at > Clock::now()) {
-        std::this_thread::sleep_until(due_at);
+      const auto now = Clock::now();
+      if (due_at > now) {
+        // In steps of at most 10 ms, so a stop (a failover) is seen soon
+        // even when messages are seconds apart (a low --rate).
+        std::this_thread::sleep_until(std::min(due_at, now + std::chrono::milliseconds(10)));
         continue;
       }
       const uint32_t seen = wake.load(std::memory_order_acquire);
@@ -670,8 +673,8 @@ std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order,
       break;
     }
   }
-  // A sender asleep until its next message's time sees the stop then (at most
-  // one message interval later).
+  // A sender asleep sees the stop within 10 ms; one waiting for the window,
+  // at once.
   stop.store(true, std::memory_order_relaxed);
   wake_sender();
   sender.join();
