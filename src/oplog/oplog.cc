@@ -1016,10 +1016,56 @@ unsigned DecimalLength(uint64_t v) {
   return t + 1 - (x < kPow10[t]);
 }
 
+// Digits by fixed-point multiplication (issue 12): for n < 10^(k+2),
+// n * ceil(2^57 / 10^k) holds n / 10^k (one or two digits) above bit 57 and
+// n's last k digits, as a fraction, below it; each multiplication of the
+// fraction by 100 brings the next two digits above bit 57. Rounding the scale
+// up errs upwards by less than n < 10^(k+2), and the j-th multiplication makes
+// that 10^(2j) times more; the true value there is a multiple of
+// 2^57 / 10^(k-2j), so the pair read is exact while 10^(2k+2) < 2^57, which
+// holds up to k = 6 (the encoder's tests compare it with std::to_chars across
+// every length). About five instructions a pair, where a division by 100 and
+// a remainder cost more.
+constexpr int kPairShift = 57;
+constexpr uint64_t kPairFraction = (uint64_t{1} << kPairShift) - 1;
+constexpr uint64_t PairScale(uint64_t pow10) { return ((uint64_t{1} << kPairShift) + pow10 - 1) / pow10; }
+constexpr uint64_t kPairScale[4] = {PairScale(1), PairScale(100), PairScale(10000), PairScale(1000000)};
+
+// n (< 10^8) in `digits` digits (1-8, at least n's own) at p; returns the
+// end. Straight-line code for each length: a loop over the pairs cost more
+// than the divisions it replaced.
+template <unsigned kPairs, bool kOddHead>
+[[gnu::always_inline]] inline char* WritePairs(char* p, uint32_t n) {
+  uint64_t x = uint64_t{n} * kPairScale[kPairs];
+  const auto head = static_cast<uint32_t>(x >> kPairShift);
+  if constexpr (kOddHead) {
+    *p++ = static_cast<char>('0' + head);
+  } else {
+    PutPair(p, head);
+    p += 2;
+  }
+  for (unsigned i = 0; i < kPairs; ++i) {  // Unrolled: kPairs is a constant.
+    x = (x & kPairFraction) * 100;
+    PutPair(p + 2 * i, static_cast<uint32_t>(x >> kPairShift));
+  }
+  return p + 2 * kPairs;
+}
+[[gnu::always_inline]] inline char* WriteUnder1e8(char* p, uint32_t n, unsigned digits) {
+  switch (digits) {
+    case 1: return WritePairs<0, true>(p, n);
+    case 2: return WritePairs<0, false>(p, n);
+    case 3: return WritePairs<1, true>(p, n);
+    case 4: return WritePairs<1, false>(p, n);
+    case 5: return WritePairs<2, true>(p, n);
+    case 6: return WritePairs<2, false>(p, n);
+    case 7: return WritePairs<3, true>(p, n);
+    default: return WritePairs<3, false>(p, n);
+  }
+}
+
 // Writes v in decimal at p (the bytes std::to_chars writes) and returns the
-// end. The event lines' numbers are mostly micro-unit prices of 8 to 12
-// digits: eight digits at a time in 32-bit arithmetic cost about a third of
-// to_chars' two digits per 64-bit division (issue 12).
+// end. The event lines' numbers are mostly micro-unit prices of 5 to 8
+// digits and ids.
 char* WriteDecimal(char* p, uint64_t v) {
   // Ids and zeros: most of the other numbers, and short.
   if (v < 10) {
@@ -1030,37 +1076,23 @@ char* WriteDecimal(char* p, uint64_t v) {
     PutPair(p, static_cast<uint32_t>(v));
     return p + 2;
   }
-  char* end = p + DecimalLength(v);
-  char* q = end;
-  while (v >= 100000000) {
-    uint64_t hi = v / 100000000;
-    uint32_t lo = static_cast<uint32_t>(v - hi * 100000000);
-    v = hi;
-    uint32_t a = lo / 10000, b = lo % 10000;
-    PutPair(q - 2, b % 100);
-    PutPair(q - 4, b / 100);
-    PutPair(q - 6, a % 100);
-    PutPair(q - 8, a / 100);
-    q -= 8;
+  if (v < 100000000) {
+    const auto n = static_cast<uint32_t>(v);
+    return WriteUnder1e8(p, n, DecimalLength(n));
   }
-  // Under 10^8 now: four digits at a time, then two (the event lines' prices
-  // have mostly 7 or 8 digits).
-  uint32_t w = static_cast<uint32_t>(v);
-  if (w >= 10000) {
-    uint32_t lo = w % 10000;
-    w /= 10000;
-    PutPair(q - 2, lo % 100);
-    PutPair(q - 4, lo / 100);
-    q -= 4;
+  // Eight digits at a time below the head, each block with its zeros.
+  constexpr uint64_t k1e8 = 100000000;
+  if (v < k1e8 * k1e8) {
+    const auto head = static_cast<uint32_t>(v / k1e8);
+    p = WriteUnder1e8(p, head, DecimalLength(head));
+    return WriteUnder1e8(p, static_cast<uint32_t>(v - head * k1e8), 8);
   }
-  if (w >= 100) {
-    PutPair(q - 2, w % 100);
-    w /= 100;
-    q -= 2;
-  }
-  if (w >= 10) PutPair(q - 2, w);
-  else q[-1] = static_cast<char>('0' + w);
-  return end;
+  const uint64_t top = v / (k1e8 * k1e8);  // At most 1844.
+  const uint64_t rest = v - top * (k1e8 * k1e8);
+  const auto mid = static_cast<uint32_t>(rest / k1e8);
+  p = WriteUnder1e8(p, static_cast<uint32_t>(top), DecimalLength(top));
+  p = WriteUnder1e8(p, mid, 8);
+  return WriteUnder1e8(p, static_cast<uint32_t>(rest - mid * k1e8), 8);
 }
 
 char* WriteDecimal(char* p, int64_t v) {
@@ -1179,6 +1211,20 @@ char* WriteEvent(const Event& e, char* out) {
   }
   EventLine w(out);
   w.Fixed(last.prefix);
+  // Four in five lines of a replay are price changes with their vertex and
+  // price only: the fields below, without the others' tests (issue 12).
+  if (e.type == EventType::kPriceChanged && e.vertex.valid() &&
+      !(e.node.valid() | e.tenant.valid() | e.other.valid() | e.order.valid()) &&
+      (e.amount | e.waived | e.deadline) == 0 && e.reasons == 0 &&
+      e.cancel_reason == market::CancelReason::kNone) {
+    static const TypeNameText& kName = TypeNameTexts()[static_cast<size_t>(EventType::kPriceChanged)];
+    w.Fixed(kName);
+    w.K(kVertex);
+    w.Int(e.vertex.value);
+    w.Special(kPrice, e.price, kInfPrice, "\"inf\"");
+    w.Lit("}");
+    return w.end();
+  }
   // An Event's type is one of the enum's values (the engine makes them, and the
   // decoder refuses any other name), so the table has it.
   LZ_CHECK(static_cast<size_t>(e.type) < kNumEventTypes);

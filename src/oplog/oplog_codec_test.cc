@@ -368,6 +368,40 @@ TEST(OplogCodec, EventNumbersAsToChars) {
   }
 }
 
+// The same, densely: every number below 10^6 and numbers of every length
+// from a fixed pseudo-random stream, as a price change's vertex and price
+// and as a charge's fields.
+TEST(OplogCodec, EventNumbersAsToCharsDense) {
+  auto dec = [](auto v) {
+    char buf[24];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  };
+  std::vector<int64_t> values;
+  for (int64_t v = 0; v < 1'000'000; ++v) values.push_back(v);
+  uint64_t x = 0x9e3779b97f4a7c15;
+  for (int i = 0; i < 400'000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    values.push_back(static_cast<int64_t>(x >> (x % 64)) * ((x >> 6) % 2 == 0 ? 1 : -1));
+  }
+  for (int64_t v : values) {
+    Event e;
+    e.time = 5;
+    e.type = EventType::kPriceChanged;
+    e.vertex = VertexId(static_cast<uint32_t>(v) & 0x7fff'ffff);
+    e.price = v;
+    ASSERT_EQ(EncodeEvent(e), "{\"v\":1,\"t\":5,\"event\":\"price_changed\",\"vertex\":" + dec(e.vertex.value) +
+                                  ",\"price\":" + (v == kInfPrice ? "\"inf\"" : dec(v)) + "}");
+    e.type = EventType::kCharged;
+    e.vertex = VertexId();
+    e.node = NodeId(static_cast<uint32_t>(v >> 31) & 0x7fff'ffff);
+    e.amount = v;
+    ASSERT_EQ(EncodeEvent(e), "{\"v\":1,\"t\":5,\"event\":\"charged\",\"node\":" + dec(e.node.value) +
+                                  ",\"price\":" + (v == kInfPrice ? "\"inf\"" : dec(v)) + ",\"amount\":" + dec(v) + ",\"waived\":0}");
+  }
+}
+
 struct BadLine {
   const char* line;
   const char* field;  // The message must start with "field:".
