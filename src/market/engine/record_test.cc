@@ -33,16 +33,23 @@ TenantId NewTenant(MarketEngine& e, std::string name) {
   return *r;
 }
 
-// An order whose seq falls below the base when a later seq moves it keeps its
-// seq (apart), its time priority over a newer order at the same price, and
-// both through a snapshot's round trip; its slot, reused, drops the entry.
-TEST(EngineRecordTest, ASeqApartKeepsItsPriorityAndItsSnapshot) {
+// One h100 node held by `holder` (at 10 an hour), and two tenants to bid
+// below it.
+struct HeldNode {
   MarketEngine engine{MarketParams{}};
   EngineTestPeer::Impl& m = EngineTestPeer::Of(engine);
   NodeId n = *engine.AddNode(0, NodeNamed("n1"));
   VertexId h100 = *engine.topology().FindVertex("h100");
   TenantId holder = NewTenant(engine, "holder"), a = NewTenant(engine, "a"), b = NewTenant(engine, "b");
-  ASSERT_TRUE(engine.PlaceOrder(0, holder, OrderSpec{h100, 10 * kUnit}).ok());
+  HeldNode() { EXPECT_TRUE(engine.PlaceOrder(0, holder, OrderSpec{h100, 10 * kUnit}).ok()); }
+};
+
+// An order whose seq falls below the base when a later seq moves it keeps its
+// seq (apart), its time priority over a newer order at the same price, and
+// both through a snapshot's round trip; its slot, reused, drops the entry.
+TEST(EngineRecordTest, ASeqApartKeepsItsPriorityAndItsSnapshot) {
+  HeldNode x;
+  auto& [engine, m, n, h100, holder, a, b] = x;
   ASSERT_EQ(engine.GetNode(n)->holder, holder);
   auto older = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
   ASSERT_TRUE(older.ok());
@@ -114,12 +121,9 @@ TEST(EngineRecordTest, AnImagesSeqPastItsNextSeqIsRefused) {
 // older order falls apart and keeps its time priority, the raised order takes
 // the next seq in the window.
 TEST(EngineRecordTest, ARaiseMovesTheBase) {
-  MarketEngine engine{MarketParams{}};
-  EngineTestPeer::Impl& m = EngineTestPeer::Of(engine);
-  NodeId n = *engine.AddNode(0, NodeNamed("n1"));
-  VertexId h100 = *engine.topology().FindVertex("h100");
-  TenantId holder = NewTenant(engine, "holder"), a = NewTenant(engine, "a"), b = NewTenant(engine, "b");
-  ASSERT_TRUE(engine.PlaceOrder(0, holder, OrderSpec{h100, 10 * kUnit}).ok());
+  HeldNode x;
+  auto& [engine, m, n, h100, holder, a, b] = x;
+  ASSERT_EQ(engine.GetNode(n)->holder, holder);
   auto older = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
   auto raised = engine.PlaceOrder(kSec, b, OrderSpec{h100, 4 * kUnit});
   ASSERT_TRUE(older.ok() && raised.ok());
@@ -141,12 +145,9 @@ TEST(EngineRecordTest, ARaiseMovesTheBase) {
 // same calls after the restore give the same seqs, the same fills and the
 // same image.
 TEST(EngineRecordTest, ARestoredEngineMovesItsBaseAlike) {
-  MarketEngine engine{MarketParams{}};
-  EngineTestPeer::Impl& m = EngineTestPeer::Of(engine);
-  NodeId n = *engine.AddNode(0, NodeNamed("n1"));
-  VertexId h100 = *engine.topology().FindVertex("h100");
-  TenantId holder = NewTenant(engine, "holder"), a = NewTenant(engine, "a"), b = NewTenant(engine, "b");
-  ASSERT_TRUE(engine.PlaceOrder(0, holder, OrderSpec{h100, 10 * kUnit}).ok());
+  HeldNode x;
+  auto& [engine, m, n, h100, holder, a, b] = x;
+  ASSERT_EQ(engine.GetNode(n)->holder, holder);
   auto older = engine.PlaceOrder(kSec, a, OrderSpec{h100, 5 * kUnit});
   ASSERT_TRUE(older.ok());
   const uint64_t older_seq = engine.GetOrder(*older)->seq;
