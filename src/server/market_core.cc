@@ -483,8 +483,11 @@ void MarketCore::Unsubscribe(const std::shared_ptr<Subscription>& sub) {
 // Writer thread.
 
 void MarketCore::Journal(const std::string& actor, const market::Operation& op, uint64_t created_id,
-                         std::string_view key) {
-  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, EncodeJournalRecord(op, created_id, key)});
+                         std::string_view key, std::string* encoded) {
+  std::string line = encoded != nullptr && created_id == UINT64_MAX && key.empty()
+                         ? std::move(*encoded)
+                         : EncodeJournalRecord(op, created_id, key);
+  pending_->batch.journal.push_back(JournalRecord{next_seq_++, actor, std::move(line)});
   applied_seq_.store(next_seq_ - 1);
 }
 
@@ -754,11 +757,12 @@ market::ApplyResult WriterContext::ApplyKeyed(market::OpBody body, const std::st
   // The server accepts only what replay accepts: the shared field checks
   // first (for their messages), then replay's reading of this line.
   if (Status st = market::ValidateOperation(op); !st.ok()) return {std::move(st), UINT64_MAX};
-  auto replayed = oplog::DecodeRecord(oplog::EncodeOperation(op));
+  std::string line = oplog::EncodeOperation(op);
+  auto replayed = oplog::DecodeRecord(line);
   if (!replayed.ok()) return {InvalidArgument(replayed.status().message()), UINT64_MAX};
   market::ApplyResult r = market::Apply(*core_->engine_, replayed->op);
   if (r.status.ok()) {
-    core_->Journal(*actor_, replayed->op, r.created_id, key);
+    core_->Journal(*actor_, replayed->op, r.created_id, key, &line);
     if (!key.empty()) {
       core_->RememberKey(*actor_, key, replayed->op, r.created_id, core_->next_seq_ - 1);
       applying_key_ = key;
