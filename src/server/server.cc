@@ -5,6 +5,7 @@
 // that closure's journal records are durable.
 #include "server/server.h"
 
+#include <absl/synchronization/mutex.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
@@ -1629,6 +1630,11 @@ Status Server::CheckClusterFile() {
 }
 
 Status Server::Start() {
+  // Debian builds Abseil without NDEBUG, so every lock of gRPC's mutexes also
+  // updates a lock-order graph for deadlock detection, a debugging aid that
+  // release builds leave off: about 1-2% of the server's CPU at 50k updates/s
+  // (issue 12; docs/PERFORMANCE_LOG.md). Process-wide.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (options_.tls_cert.empty() != options_.tls_key.empty()) {
     return InvalidArgument("tls: give both --tls-cert and --tls-key");
   }
