@@ -6,7 +6,7 @@ packages=(
   cmake ninja-build g++ pkg-config ccache
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   libyaml-cpp-dev libsimdjson-dev nlohmann-json3-dev libcli11-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
+  libgrpc++-dev libabsl-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
   libsqlite3-dev coinor-libclp-dev gnuplot-nox
   python3-grpcio python3-grpc-tools libcpp-httplib-dev
   pybind11-dev python3-dev python3-pip python3-setuptools
