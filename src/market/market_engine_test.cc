@@ -713,6 +713,33 @@ TEST(EngineDecay, TheNextCrossingFollowsTheLastBookChange) {
   EXPECT_EQ(e.GetNode(d.n)->holder, d.a);
 }
 
+// A decay whose beta x elapsed time passes 64 bits (issue 12: DecayedBy and the visit's next
+// wake take 64-bit paths when every step fits, the 128-bit ones otherwise). Paid 10^14 a
+// hour and beta 10^13 a second: the product leaves 64 bits after about 0.92 s and the
+// decay ends at 10 s. Every half second the floor is the one computed in 128 bits.
+TEST(EngineDecay, ADecayPast64BitsFollowsThe128BitValue) {
+  MarketParams p;
+  constexpr Price kPaid = 100'000'000'000'000;
+  p.decay_beta = kPaid / 10;
+  MarketEngine e(p);
+  const NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
+  const TenantId a = *e.CreateTenant(0, "a", 1'000'000'000'000'000'000);
+  FloorTarget on_n;
+  on_n.node = n;
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n).leaf, 2 * kPaid}).ok());
+  const PolicyId floor = *e.AddPolicy(0, StaticFloorSpec{on_n, kPaid});
+  constexpr Micros kS = kMicrosPerSecond;
+  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());
+  ASSERT_TRUE(e.RemovePolicy(kS, floor).ok());
+  for (Micros t = kS + kS / 2; t <= 12 * kS; t += kS / 2) {
+    ASSERT_TRUE(e.Advance(t).ok());
+    const __int128 dec = static_cast<__int128>(p.decay_beta) * (t - kS) / kS;
+    const Price want = dec < kPaid ? static_cast<Price>(kPaid - dec) : 0;
+    ASSERT_EQ(e.GetNode(n)->floor, want) << t;
+    ASSERT_EQ(e.Quote(e.topology().node(n).leaf)->quote, want) << t;
+  }
+}
+
 // A book change at a vertex of few leaves forgets the crossings of the decaying nodes under it
 // through the leaf order (issue 12: NextDecay no longer tests every decaying node against every
 // changed range). Nodes are added so that ids and leaf positions differ (leaf order: rack k2's

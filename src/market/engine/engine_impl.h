@@ -1335,6 +1335,9 @@ class MarketEngine::Impl {
 
   // floor(beta x seconds since `released_at`): how far a decay has come at now_.
   __int128 DecayedBy(Micros released_at) const {
+    // In 64 bits when the product fits (issue 12: each RefreshDecay visit asks): the same value.
+    int64_t product;
+    if (!__builtin_mul_overflow(params_.decay_beta, now_ - released_at, &product)) return product / kMicrosPerSecond;
     return Div128(static_cast<__int128>(params_.decay_beta) * (now_ - released_at), kMicrosPerSecond);
   }
   // max(base, paid - decayed): the floor of a free, unreserved decaying node (beta > 0).
