@@ -713,6 +713,80 @@ TEST(EngineDecay, TheNextCrossingFollowsTheLastBookChange) {
   EXPECT_EQ(e.GetNode(d.n)->holder, d.a);
 }
 
+// A decay whose beta x elapsed time passes 64 bits (issue 12: DecayedBy and the visit's next
+// wake take 64-bit paths when every step fits, the 128-bit ones otherwise). Paid 10^14 a
+// hour and beta 10^13 a second: the product leaves 64 bits after about 0.92 s and the
+// decay ends at 10 s. Every half second the floor is the one computed in 128 bits.
+TEST(EngineDecay, ADecayPast64BitsFollowsThe128BitValue) {
+  MarketParams p;
+  constexpr Price kPaid = 100'000'000'000'000;
+  p.decay_beta = kPaid / 10;
+  MarketEngine e(p);
+  const NodeId n = *e.AddNode(0, topology::NodeInfo{"n", "h100", "eu", "z", "r", "k", {8, 640, 1000}});
+  const TenantId a = *e.CreateTenant(0, "a", 1'000'000'000'000'000'000);
+  FloorTarget on_n;
+  on_n.node = n;
+  ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{e.topology().node(n).leaf, 2 * kPaid}).ok());
+  const PolicyId floor = *e.AddPolicy(0, StaticFloorSpec{on_n, kPaid});
+  constexpr Micros kS = kMicrosPerSecond;
+  ASSERT_TRUE(e.Relinquish(kS, a, n).ok());
+  ASSERT_TRUE(e.RemovePolicy(kS, floor).ok());
+  for (Micros t = kS + kS / 2; t <= 12 * kS; t += kS / 2) {
+    ASSERT_TRUE(e.Advance(t).ok());
+    const __int128 dec = static_cast<__int128>(p.decay_beta) * (t - kS) / kS;
+    const Price want = dec < kPaid ? static_cast<Price>(kPaid - dec) : 0;
+    ASSERT_EQ(e.GetNode(n)->floor, want) << t;
+    ASSERT_EQ(e.Quote(e.topology().node(n).leaf)->quote, want) << t;
+  }
+}
+
+// A book change at a vertex of few leaves forgets the crossings of the decaying nodes under it
+// through the leaf order (issue 12: NextDecay no longer tests every decaying node against every
+// changed range). Nodes are added so that ids and leaf positions differ (leaf order: rack k2's
+// n0, n3, then k1's n1, n2), and each of them in turn decays from 4/h while the others rest on
+// a floor of 5/h; an order of 2/h at rack k1, placed after the engine last looked, must give a
+// crossing at 21 s to a decaying n1 or n2 (the range's first and last leaf) and leave the next
+// event where it was for n0 and n3.
+TEST(EngineDecay, ANarrowBookChangeReachesTheNodesUnderIt) {
+  constexpr Micros kS = kMicrosPerSecond;
+  for (int x = 0; x < 4; ++x) {
+    MarketParams p;
+    p.decay_beta = kMicroUnits / 10;  // 0.1 per second: 4/h at 1 s, 2/h at 21 s.
+    MarketEngine e(p);
+    const char* racks[] = {"k2", "k1", "k1", "k2"};
+    NodeId n[4];
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = "n" + std::to_string(i);
+      n[i] = *e.AddNode(0, topology::NodeInfo{name, "h100", "eu", "z", "r", racks[i], {8, 640, 1000}});
+    }
+    ASSERT_EQ(e.topology().LeafIndex(n[1]), 2u);
+    ASSERT_EQ(e.topology().LeafIndex(n[2]), 3u);
+    const TenantId a = *e.CreateTenant(0, "a", 1000 * kMicroUnits);
+    const TenantId b = *e.CreateTenant(0, "b", 1000 * kMicroUnits);
+    PolicyId on_x;
+    for (int i = 0; i < 4; ++i) {
+      FloorTarget on;
+      on.node = n[i];
+      const PolicyId id = *e.AddPolicy(0, StaticFloorSpec{on, (i == x ? 4 : 5) * kMicroUnits});
+      if (i == x) on_x = id;
+    }
+    const VertexId leaf = e.topology().node(n[x]).leaf;
+    ASSERT_TRUE(e.PlaceOrder(0, a, OrderSpec{leaf, 10 * kMicroUnits}).ok());
+    ASSERT_EQ(e.GetNode(n[x])->holder, a);
+    ASSERT_TRUE(e.Relinquish(kS, a, n[x]).ok());
+    ASSERT_TRUE(e.RemovePolicy(kS, on_x).ok());
+    ASSERT_TRUE(e.Advance(2 * kS).ok());
+    const Micros before = e.NextEventTime();  // The engine looks: x's crossing is cached.
+    ASSERT_LT(21 * kS, before);
+    const VertexId k1 = e.topology().vertex(e.topology().node(n[1]).leaf).parent;
+    ASSERT_TRUE(e.PlaceOrder(2 * kS, b, OrderSpec{k1, 2 * kMicroUnits}).ok());
+    const bool under = x == 1 || x == 2;
+    EXPECT_EQ(e.NextEventTime(), under ? 21 * kS : before) << "n" << x;
+    ASSERT_TRUE(e.Advance(22 * kS).ok());
+    EXPECT_EQ(e.GetNode(n[x])->holder, under ? b : TenantId()) << "n" << x;
+  }
+}
+
 // A free node whose floor decays is re-keyed in the index's trees as its
 // floor moves: quotes and searches must see it at its decayed floor, below a
 // node with a fixed floor once it passes it (issue 12: a cheaper way to keep

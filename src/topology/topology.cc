@@ -1,7 +1,6 @@
 #include "topology/topology.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "common/check.h"
 
@@ -224,25 +223,41 @@ void Topology::RebuildIfDirty() const {
   leaf_order_.assign(type_names_.size(), {});
   vertex_range_.assign(vertices_.size(), {0, 0});
   leaf_index_.assign(nodes_.size(), UINT32_MAX);
-  // Live nodes by rack, in id order.
-  std::vector<std::vector<NodeId>> by_rack(locations_.size());
+  // Live nodes by rack, in id order: counted, then placed in one array (issue 12: a vector per
+  // location and a std::function walk made each rebuild after a node's addition or removal
+  // about 70k instructions at 256 nodes, mostly allocations). After the placement, rack r's
+  // nodes are by_rack[end[r - 1] .. end[r]) (from 0 for the first location).
+  std::vector<uint32_t> end(locations_.size(), 0);
   std::vector<size_t> per_type(type_names_.size(), 0);
+  uint32_t live = 0;
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].alive) {
-      by_rack[nodes_[i].rack.value].push_back(NodeId(i));
+      ++end[nodes_[i].rack.value];
       ++per_type[nodes_[i].type.value];
+      ++live;
     }
   }
+  for (uint32_t l = 0, sum = 0; l < end.size(); ++l) {
+    const uint32_t count = end[l];
+    end[l] = sum;  // For now, where the next of its nodes goes.
+    sum += count;
+  }
+  std::vector<NodeId> by_rack(live);
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].alive) by_rack[end[nodes_[i].rack.value]++] = NodeId(i);
+  }
   for (size_t t = 0; t < per_type.size(); ++t) leaf_order_[t].reserve(per_type[t]);  // Exact: no growth slack.
-  // Depth-first walk of locations in insertion order; ranges of every vertex.
-  std::vector<uint32_t> open(vertices_.size(), UINT32_MAX);
-  std::function<void(LocationId)> walk = [&](LocationId loc) {
-    std::vector<std::pair<VertexId, uint32_t>> starts;
+  // Depth-first walk of locations in insertion order; ranges of every vertex. The vertices of
+  // the locations open on the walk's path, with where their ranges start, are a stack.
+  std::vector<std::pair<VertexId, uint32_t>> starts;
+  auto walk = [&](auto& self, LocationId loc) -> void {
+    const size_t mark = starts.size();
     for (size_t t = 0; t < type_names_.size(); ++t) {
       VertexId v = VertexAt(TypeId(static_cast<uint16_t>(t)), loc);
       if (v.valid()) starts.emplace_back(v, static_cast<uint32_t>(leaf_order_[t].size()));
     }
-    for (NodeId n : by_rack[loc.value]) {
+    for (uint32_t k = loc.value == 0 ? 0 : end[loc.value - 1]; k < end[loc.value]; ++k) {
+      const NodeId n = by_rack[k];
       const Node& node = nodes_[n.value];
       auto& order = leaf_order_[node.type.value];
       uint32_t idx = static_cast<uint32_t>(order.size());
@@ -250,12 +265,14 @@ void Topology::RebuildIfDirty() const {
       leaf_index_[n.value] = idx;
       vertex_range_[node.leaf.value] = {idx, idx + 1};
     }
-    for (LocationId c : locations_[loc.value].children) walk(c);
-    for (auto [v, start] : starts) {
+    for (LocationId c : locations_[loc.value].children) self(self, c);
+    for (size_t k = mark; k < starts.size(); ++k) {
+      const auto [v, start] = starts[k];
       vertex_range_[v.value] = {start, static_cast<uint32_t>(leaf_order_[vertices_[v.value].type.value].size())};
     }
+    starts.resize(mark);
   };
-  walk(kRootLocation);
+  walk(walk, kRootLocation);
 }
 
 std::span<const NodeId> Topology::LeafOrder(TypeId type) const {

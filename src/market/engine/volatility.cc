@@ -169,9 +169,18 @@ void MarketEngine::Impl::RefreshDecay() {
           Micros until = kNever;
           if (params_.decay_beta > 0) {
             const __int128 d = f > s.base_floor ? dec + 1 : static_cast<__int128>(paid);
-            const __int128 t =
-                released_at + Div128(d * kMicrosPerSecond + params_.decay_beta - 1, params_.decay_beta);
-            until = t >= kNever ? kNever : static_cast<Micros>(t);
+            // In 64 bits when every step fits (issue 12: once a visit), else in 128: the same time.
+            int64_t scaled, t64;
+            if (d == static_cast<int64_t>(d) &&
+                !__builtin_mul_overflow(static_cast<int64_t>(d), kMicrosPerSecond, &scaled) &&
+                !__builtin_add_overflow(scaled, params_.decay_beta - 1, &scaled) &&
+                !__builtin_add_overflow(released_at, scaled / params_.decay_beta, &t64)) {
+              until = t64;  // At most kNever: the 128-bit path's clamp changes nothing.
+            } else {
+              const __int128 t =
+                  released_at + Div128(d * kMicrosPerSecond + params_.decay_beta - 1, params_.decay_beta);
+              until = t >= kNever ? kNever : static_cast<Micros>(t);
+            }
           }
           decay_wake_[i] = DecayWake{until, s.base_floor};
           least = std::min(least, until);
