@@ -589,7 +589,8 @@ struct BenchFlags {
 template <typename Stub, typename OnError>
 std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order, const BenchFlags& b,
                            std::chrono::steady_clock::time_point phase, std::chrono::steady_clock::time_point until,
-                           uint64_t* next_due, std::vector<double>* lat_ms, OnError&& error) {
+                           uint64_t* next_due, std::vector<double>* lat_ms, std::vector<double>* late_ms,
+                           OnError&& error) {
   using Clock = std::chrono::steady_clock;
   const double interval_ns = 1e9 * b.batch * b.tenants / b.rate;
   auto due = [&](uint64_t k) {
@@ -644,6 +645,9 @@ std::string OpenLoopStream(Stub& stub, const std::string& token, uint64_t order,
         ++next;
       }
       ++*next_due;
+      // How late the message leaves against its schedule: the load
+      // generator's own share of the latency (a late wake-up, a full window).
+      late_ms->push_back(std::chrono::duration<double, std::milli>(Clock::now() - due_at).count());
       if (!stream->Write(q)) {
         write_failed = true;
         break;
@@ -724,6 +728,7 @@ int RunBenchServer(const BenchFlags& b) {
     std::string token;
     uint64_t order = 0;
     std::vector<double> lat_ms;
+    std::vector<double> late_ms;  // Open loop: each message's send time after its scheduled time.
     uint64_t errors = 0;
     std::string first_error;  // What the first error was (an error count alone cannot be diagnosed).
     void Error(uint64_t n, const std::string& what) {
@@ -854,7 +859,7 @@ int RunBenchServer(const BenchFlags& b) {
             }
           }
         } else if (b.rate > 0) {
-          failure = OpenLoopStream(*stub, w.token, w.order, b, phase, until, &next_due, &w.lat_ms,
+          failure = OpenLoopStream(*stub, w.token, w.order, b, phase, until, &next_due, &w.lat_ms, &w.late_ms,
                                    [&w](uint64_t n, const std::string& what) { w.Error(n, what); });
         } else {
           grpc::ClientContext ctx;
@@ -944,16 +949,21 @@ int RunBenchServer(const BenchFlags& b) {
            static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
   };
   double cpu_s = cpu(ru1) - cpu(ru0);
-  std::vector<double> all;
+  std::vector<double> all, late;
   uint64_t errors = 0;
   std::string first_error;
   for (auto& w : workers) {
     all.insert(all.end(), w.lat_ms.begin(), w.lat_ms.end());
+    late.insert(late.end(), w.late_ms.begin(), w.late_ms.end());
     errors += w.errors;
     if (first_error.empty()) first_error = w.first_error;
   }
   std::sort(all.begin(), all.end());
-  auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * static_cast<double>(all.size())))]; };
+  std::sort(late.begin(), late.end());
+  auto pct_of = [](const std::vector<double>& v, double p) {
+    return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+  };
+  auto pct = [&](double p) { return pct_of(all, p); };
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   json out = {{"updates_per_sec", static_cast<double>(all.size()) / wall},
               {"p50_ms", pct(0.50)},
@@ -973,10 +983,18 @@ int RunBenchServer(const BenchFlags& b) {
               {"loadgen_cpu_cores", cpu_s / wall},
               {"loadgen_cpu_share", cpu_s / wall / static_cast<double>(cores)},
               {"machine_cores", cores}};
+  if (b.rate > 0) {
+    out["send_late_p50_ms"] = pct_of(late, 0.50);
+    out["send_late_p99_ms"] = pct_of(late, 0.99);
+  }
   if (as_json) {
     std::cout << out.dump() << "\n";
   } else {
-    if (b.rate > 0) std::printf("open loop: %.0f updates/s offered, latency from each update's scheduled time\n", b.rate);
+    if (b.rate > 0) {
+      std::printf("open loop: %.0f updates/s offered, latency from each update's scheduled time; messages left "
+                  "%.3f ms (p50), %.3f ms (p99) after their scheduled time\n",
+                  b.rate, pct_of(late, 0.5), pct_of(late, 0.99));
+    }
     std::printf("%s (up to %d updates per message), %d tenants, %.1f s: %.0f durable updates/s, p50 %.3f ms, p99 %.3f ms, %llu errors; "
                 "load generator used %.2f cores (%.0f%% of the machine)\n",
                 out["mode"].get<std::string>().c_str(), out["batch"].get<int>(), b.tenants, wall, out["updates_per_sec"].get<double>(),
@@ -1834,7 +1852,8 @@ void RegisterServerCommands(CLI::App& app, int* exit_code) {
     cmd->add_option("--rate", b.rate,
                     "Stream mode: offer this many updates per second over all tenants on a fixed schedule (open "
                     "loop: each tenant sends a message of --batch updates every batch x tenants / rate seconds; "
-                    "latency from the message's scheduled time); 0 sends whenever the window has room")
+                    "latency from the message's scheduled time, and how late messages left in send_late_*); 0 sends "
+                    "whenever the window has room")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1e7));
     cmd->callback([exit_code] {

@@ -49,6 +49,10 @@ if rate > 0:
     # late (all acknowledged: errors are 0 below), so rate x seconds to within a message a tenant.
     expected = rate * 0.5
     assert abs(d["acknowledged"] - expected) <= d["batch"] * d["tenants"], (expected, d)
+    # How late the messages left: never before their time, and no later than the run lasted.
+    assert 0 <= d["send_late_p50_ms"] <= d["send_late_p99_ms"] <= 1000 * d["seconds"], d
+else:
+    assert "send_late_p99_ms" not in d, d
 assert d["acknowledged"] > 0 and d["updates_per_sec"] > 0, d
 assert d["errors"] == 0 and d["first_error"] == "", d
 assert 0 < d["p50_ms"] <= d["p99_ms"] <= d["p999_ms"], d
