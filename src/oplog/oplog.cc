@@ -1023,8 +1023,9 @@ unsigned DecimalLength(uint64_t v) {
 // up errs upwards by less than n < 10^(k+2), and the j-th multiplication makes
 // that 10^(2j) times more; the true value there is a multiple of
 // 2^57 / 10^(k-2j), so the pair read is exact while 10^(2k+2) < 2^57, which
-// holds up to k = 6 (the encoder's tests compare it with std::to_chars across
-// every length). About five instructions a pair, where a division by 100 and
+// holds for every k used here (0-6; it would for 7). The encoder's tests
+// compare every number below 10^6 and pseudo-random ones of every length with
+// std::to_chars. About five instructions a pair, where a division by 100 and
 // a remainder cost more.
 constexpr int kPairShift = 57;
 constexpr uint64_t kPairFraction = (uint64_t{1} << kPairShift) - 1;

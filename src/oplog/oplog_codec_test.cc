@@ -220,6 +220,13 @@ std::vector<Event> EveryEvent() {
   { auto& e = ev(EventType::kExhausted); e.tenant = TenantId(2); }
   { auto& e = ev(EventType::kPriceChanged); e.vertex = VertexId(8); e.price = kInfPrice; }
   { auto& e = ev(EventType::kPriceChanged); e.vertex = VertexId(8); e.price = 1; }
+  // Price changes with more than a vertex and a price (the engine makes none)
+  // take the general path, not the price change's short one, and keep every field.
+  { auto& e = ev(EventType::kPriceChanged); e.vertex = VertexId(8); e.price = 1; e.node = NodeId(2); }
+  { auto& e = ev(EventType::kPriceChanged); e.vertex = VertexId(8); e.price = 1; e.order = OrderId(4); e.amount = 7; }
+  { auto& e = ev(EventType::kPriceChanged); e.price = 3; e.deadline = 9; e.reasons = kReasonFloor; }
+  { auto& e = ev(EventType::kPriceChanged); e.vertex = VertexId(8); e.price = 1; e.tenant = TenantId(3);
+    e.other = TenantId(4); e.waived = 2; e.cancel_reason = CancelReason::kScopeGone; }
   { auto& e = ev(EventType::kNodeAdded); e.node = NodeId(0); }
   { auto& e = ev(EventType::kNodeRemoved); e.node = NodeId(0); }
   // Every cancel reason, and a field a type does not usually carry.

@@ -313,9 +313,10 @@ class MarketCore {
   // Journals the batch's time advance the first time a command of the batch
   // mutates the market, so reads and calls rejected at the edge journal nothing.
   void AdvanceForMutation();
-  // `encoded`, if given, is op's line as EncodeOperation wrote it: the record
-  // takes it when it needs no created id and no key (issue 12: an update's
-  // line was written twice).
+  // `encoded`, if given, is the line op was decoded from, as EncodeOperation
+  // wrote it: the record takes it (moved from, so unusable after the call)
+  // when it needs no created id and no key (issue 12: an update's line was
+  // written twice).
   void Journal(const std::string& actor, const market::Operation& op, uint64_t created_id = UINT64_MAX,
                std::string_view key = {}, std::string* encoded = nullptr);
   bool MaybeAdvance(bool force);

@@ -120,13 +120,15 @@ TEST(AllocationFailure, AnUpdateThatThrowsLeavesItsOrderARequestedPrice) {
   EXPECT_GT(threw, 0);
 }
 
-// A placement whose seq moves the seqs' base (Impl::RebaseSeqs), with an
+// A call whose new seq moves the seqs' base (Impl::RebaseSeqs), with an
 // allocation of the rebase failing: every order keeps its seq. The slots
 // alternate between older orders, whose seqs go apart, and newer ones, whose
 // offsets are rewritten, so a rebase that failed part-way would leave some
 // offsets measured from a base that never moved. The rebase makes its room
-// before it rewrites anything, and runs before the placement changes anything.
-TEST(AllocationFailure, ARebaseThatFailsLeavesEverySeq) {
+// before it rewrites anything, and runs before the call changes anything.
+// `raise`: the call is a raise of the first newer order (which takes the new
+// seq once it succeeds); else a placement.
+void ExpectARebaseThatFailsLeavesEverySeq(bool raise) {
   int threw = 0;
   for (long k = 0;; ++k) {
     OneNodeMarket mk;
@@ -153,23 +155,47 @@ TEST(AllocationFailure, ARebaseThatFailsLeavesEverySeq) {
     bool failed = false;
     g_fail_in = k;
     try {
-      (void)e.PlaceOrder(kSec, b, OrderSpec{h100, kUnit});
+      if (raise) {
+        (void)e.UpdateOrder(kSec, a, newer[0], 2 * kUnit);
+      } else {
+        (void)e.PlaceOrder(kSec, b, OrderSpec{h100, kUnit});
+      }
     } catch (const std::bad_alloc&) {
       failed = true;
     }
     g_fail_in = -1;
+    const uint64_t next = (uint64_t{1} << 32) + (uint64_t{1} << 30);
     for (const auto& [id, seq] : resting) {
       auto v = e.GetOrder(id);
       ASSERT_TRUE(v.ok());
+      if (raise && id == newer[0]) {
+        // The raised order: its new seq once the raise went through (an
+        // allocation failing after that, as in the update test above, leaves
+        // the raise done), its old one otherwise, with its old price.
+        if (!failed || v->seq == next) {
+          ASSERT_EQ(v->seq, next) << "allocation " << k;
+          ASSERT_EQ(v->spec.price, 2 * kUnit) << "allocation " << k;
+        } else {
+          ASSERT_EQ(v->seq, seq) << "allocation " << k;
+          ASSERT_EQ(v->spec.price, kUnit) << "allocation " << k;
+        }
+        continue;
+      }
       ASSERT_EQ(v->seq, seq) << "allocation " << k << ", order " << id.value;
     }
     if (!failed) {
-      EXPECT_EQ(m.seq_apart_.size(), 20u);  // The older ones (the placement reused no apart slot).
-      break;  // Past the placement's last allocation.
+      EXPECT_EQ(m.seq_apart_.size(), 20u);  // The older ones (the call reused no apart slot).
+      break;  // Past the call's last allocation.
     }
     ++threw;
   }
   EXPECT_GT(threw, 2);  // The rebase's room grows the table more than once.
+}
+
+TEST(AllocationFailure, ARebaseThatFailsLeavesEverySeq) { ExpectARebaseThatFailsLeavesEverySeq(/*raise=*/false); }
+
+TEST(AllocationFailure, ARebaseByARaiseThatFailsLeavesEverySeq) {
+  ExpectARebaseThatFailsLeavesEverySeq(/*raise=*/true);
 }
 
 }  // namespace

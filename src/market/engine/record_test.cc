@@ -117,9 +117,10 @@ TEST(EngineRecordTest, AnImagesSeqPastItsNextSeqIsRefused) {
   EXPECT_EQ(target.Snapshot(), honest);
 }
 
-// A raise that finds the next seq past the window moves the base first: an
-// older order falls apart and keeps its time priority, the raised order takes
-// the next seq in the window.
+// A raise that finds the next seq past the window moves the base: an older
+// order falls apart and keeps its time priority, the raised order takes the
+// next seq in the window. (That the base moves before the raise changes
+// anything is alloc_fail_test.cc's ARebaseByARaiseThatFailsLeavesEverySeq.)
 TEST(EngineRecordTest, ARaiseMovesTheBase) {
   HeldNode x;
   auto& [engine, m, n, h100, holder, a, b] = x;
@@ -141,10 +142,10 @@ TEST(EngineRecordTest, ARaiseMovesTheBase) {
   EXPECT_EQ(engine.GetNode(n)->holder, a);
 }
 
-// A restored engine moves its base as the one it was taken from does: the
-// same calls after the restore give the same seqs, the same fills and the
-// same image.
-TEST(EngineRecordTest, ARestoredEngineMovesItsBaseAlike) {
+// A restored engine's base is not the original's (it sits where a rebase at
+// the image's next seq would put it), yet the same calls after the restore
+// give the same seqs, the same fills and the same image.
+TEST(EngineRecordTest, ARestoredEngineGivesTheSameSeqsThoughItsBaseDiffers) {
   HeldNode x;
   auto& [engine, m, n, h100, holder, a, b] = x;
   ASSERT_EQ(engine.GetNode(n)->holder, holder);
