@@ -33,36 +33,54 @@ void MarketEngine::Impl::EnsureIndex() {
   // No compaction here: callers up the stack hold references into nodes_
   // and the topology while a rebuild can happen (a dangling NodeState& was
   // found by the split-advance property test).
-  std::vector<TypeIndex> old;
-  old.swap(index_);
-  index_.assign(topo_.type_count(), {});
   gang_short_.clear();  // Keys may have fallen without a wake.
-  // A removed node has no leaf (its position is read only with the index
-  // current, so every node's is rewritten here). A node that had a leaf and
-  // has none now was removed: its ancestors lost it.
-  for (uint32_t n = 0; n < nodes_.size(); ++n) {
-    NodeState& s = nodes_[n];
-    if (s.leaf == UINT32_MAX || topo_.IsLiveNode(NodeId(n))) continue;
-    s.leaf = UINT32_MAX;
-    if (diff) TouchAncestors(topo_.node(NodeId(n)).leaf);
+  if (!diff) {
+    index_.assign(topo_.type_count(), {});
+    // A removed node has no leaf (its position is read only with the index
+    // current, so every node's is rewritten here).
+    for (NodeState& s : nodes_) s.leaf = UINT32_MAX;
+  } else {
+    // The old index is read while the new one is built over it: each winner
+    // becomes its node for now (every vertex's, marked or not: a marked one's
+    // is rewritten when it is quoted), and a node that had a leaf and has
+    // none now was removed, so its ancestors lost it.
+    for (uint32_t v = 0; v < quote_leaf_.size(); ++v) {
+      uint32_t& w = quote_leaf_[v];
+      if (w == UINT32_MAX) continue;
+      const uint16_t t = V(VertexId(v)).type.value;
+      w = t < index_.size() && w < index_[t].leaf_node.size() ? index_[t].leaf_node[w].value : UINT32_MAX;
+    }
+    for (uint32_t n = 0; n < nodes_.size(); ++n) {
+      NodeState& s = nodes_[n];
+      if (s.leaf == UINT32_MAX || topo_.IsLiveNode(NodeId(n))) continue;
+      s.leaf = UINT32_MAX;
+      TouchAncestors(topo_.node(NodeId(n)).leaf);
+    }
+    index_.resize(topo_.type_count());
   }
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
     TypeIndex& ix = index_[t];
-    const TypeIndex* was = t < old.size() ? &old[t] : nullptr;
-    ix.key.assign(order.size(), 0);
+    // With `diff`, the new keys go to a fresh array: the old one is read for
+    // the comparison. One KeyOf call site (a second one made the compiler
+    // stop inlining it into RefreshNode).
+    decltype(ix.key) fresh;
+    auto& key = diff ? fresh : ix.key;
+    key.assign(order.size(), 0);
+    for (uint32_t i = 0; i < order.size(); ++i) {
+      key[i] = KeyOf(order[i]);
+      if (!diff) continue;
+      // New to the index (added, or its old leaf is not its own), or re-keyed.
+      const uint32_t l = nodes_[order[i].value].leaf;
+      if (l >= ix.leaf_node.size() || ix.leaf_node[l] != order[i] || ix.key[l] != key[i]) {
+        TouchAncestors(topo_.node(order[i]).leaf);
+      }
+    }
+    if (diff) ix.key.swap(fresh);
     ix.leaf_node.assign(order.begin(), order.end());
     ix.free_leaf.assign(order.size(), 0);
     for (uint32_t i = 0; i < order.size(); ++i) {
       NodeState& s = nodes_[order[i].value];
-      ix.key[i] = KeyOf(order[i]);
-      if (diff) {
-        // New to the index (added, or its old leaf is not its own), or re-keyed.
-        const uint32_t l = s.leaf;
-        if (was == nullptr || l >= was->leaf_node.size() || was->leaf_node[l] != order[i] || was->key[l] != ix.key[i]) {
-          TouchAncestors(topo_.node(order[i]).leaf);
-        }
-      }
       ix.free_leaf[i] = IsFree(s);
       s.leaf = i;
       node_cold_[order[i].value].above = V(topo_.node(order[i]).leaf).parent;
@@ -70,12 +88,9 @@ void MarketEngine::Impl::EnsureIndex() {
     ix.Build();
   }
   if (!diff) return;
-  // The winners of the vertices left unmarked, to their new leaf positions.
-  for (uint32_t v = 0; v < quote_leaf_.size(); ++v) {
-    uint32_t& w = quote_leaf_[v];
-    if (w == UINT32_MAX || (v < vertex_touched_.size() && vertex_touched_[v])) continue;
-    const uint16_t t = V(VertexId(v)).type.value;
-    w = t < old.size() && w < old[t].leaf_node.size() ? nodes_[old[t].leaf_node[w].value].leaf : UINT32_MAX;
+  // The winners to their nodes' new leaf positions.
+  for (uint32_t& w : quote_leaf_) {
+    if (w != UINT32_MAX) w = nodes_[w].leaf;
   }
 }
 
