@@ -533,4 +533,42 @@ TEST_F(ScenarioTest, Regression_ExhaustionAfterHalfTheTimeRangeIsMissed) {
 }
 
 }  // namespace
+// Issue 12: a rebuild of the index after a node is added or removed re-quotes
+// only the vertices whose nodes changed (the node's ancestors) and moves the
+// other vertices' cached winners to their new leaf positions. n2 is added
+// before n1 in the leaf order, so n1's leaf moves from 1 to 2; z1's vertices
+// (above n1 only) are not re-quoted. A winner left at leaf 1 (now n2, free at
+// floor 0) would beat n1's raised key and stop the marking of n1's ancestors
+// when a tenant takes n1: z1's quote would rise without an event. Removing
+// the free nodes raises the root's quote: that must be announced too.
+TEST_F(ScenarioTest, PriceEventsAfterANodeMovesTheLeafOrder) {
+  EngineOptions opts;
+  opts.price_events = true;
+  Make({}, opts);
+  NodeId n0 = Node("n0", "k0");
+  NodeId n1 = Node("n1", "k1", "h100x8", "w1", "z1");
+  TenantId a = Tenant("a");
+  NodeId n2 = Node("n2", "k2");  // In z0: before n1.
+  Bid(0, a, Leaf(n1), 5 * U);
+  ASSERT_EQ(N(n1).holder, a);
+  auto last_event = [&](VertexId v) {
+    Price p = -1;
+    for (const Event& ev : sink_.events) {
+      if (ev.type == EventType::kPriceChanged && ev.vertex == v) p = ev.price;
+    }
+    return p;
+  };
+  const VertexId zone = Vertex("h100x8/eu/z1"), root = Vertex("h100x8");
+  for (VertexId v : {Leaf(n1), Vertex("h100x8/eu/z1/w1/k1"), Vertex("h100x8/eu/z1/w1"), zone}) {
+    EXPECT_GT(QuoteAt(v), 0);
+    EXPECT_EQ(last_event(v), QuoteAt(v)) << e().topology().VertexName(v) << "\n" << EventsToString(sink_.events);
+  }
+  EXPECT_EQ(last_event(root), 0);
+  ASSERT_TRUE(e().RemoveNode(0, n0).ok());
+  ASSERT_TRUE(e().RemoveNode(0, n2).ok());
+  EXPECT_EQ(QuoteAt(root), QuoteAt(zone));
+  EXPECT_EQ(last_event(root), QuoteAt(root)) << EventsToString(sink_.events);
+  Check();
+}
+
 }  // namespace laissez::market

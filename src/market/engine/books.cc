@@ -8,33 +8,89 @@ namespace laissez::market {
 
 // ---------------------------------------------------------------- index
 
+// A rebuild marks for re-quoting only the vertices whose quote can have moved
+// (issue 12: the stress log's node additions and removals re-quoted every
+// vertex, about a tenth of its quotes). A vertex's quote is the least obtain
+// price over the keys of the nodes in its range, and its winner the least
+// (key, node id) there (MinTree's tie): neither depends on where the range
+// sits in the leaf order. Nodes never move between locations and the leaf
+// order keeps the relative order of the nodes it kept, so a vertex's range
+// holds other nodes only if a node below it was added or removed, and other
+// keys only if a node's key in the old index differs from its key now (a
+// key changed while the index was stale, or one lagging a time-varying floor:
+// the snapshot's "index" section). The ancestors of exactly those nodes are
+// marked; every other vertex keeps its quote (untouched, it equals
+// last_quote_: no event) and its winner, whose leaf position is remapped
+// (quote_leaf_, for TouchRekeyed). A first build, or one forced by SetParams
+// (index_generation_ reset), marks every vertex as before.
 void MarketEngine::Impl::EnsureIndex() {
   if (index_generation_ == topo_.generation() && index_.size() == topo_.type_count()) return;
+  const bool diff = options_.price_events && index_generation_ != UINT64_MAX;
   index_generation_ = topo_.generation();
-  if (options_.price_events) {
+  if (options_.price_events && !diff) {
     for (uint32_t v = 0; v < topo_.vertex_count(); ++v) TouchVertex(VertexId(v));
   }
   // No compaction here: callers up the stack hold references into nodes_
   // and the topology while a rebuild can happen (a dangling NodeState& was
   // found by the split-advance property test).
-  index_.assign(topo_.type_count(), {});
   gang_short_.clear();  // Keys may have fallen without a wake.
-  // A removed node has no leaf (its position is read only with the index
-  // current, so every node's is rewritten here).
-  for (NodeState& s : nodes_) s.leaf = UINT32_MAX;
+  if (!diff) {
+    index_.assign(topo_.type_count(), {});
+    // A removed node has no leaf (its position is read only with the index
+    // current, so every node's is rewritten here).
+    for (NodeState& s : nodes_) s.leaf = UINT32_MAX;
+  } else {
+    // The old index is read while the new one is built over it: each winner
+    // becomes its node for now (every vertex's, marked or not: a marked one's
+    // is rewritten when it is quoted), and a node that had a leaf and has
+    // none now was removed, so its ancestors lost it.
+    for (uint32_t v = 0; v < quote_leaf_.size(); ++v) {
+      uint32_t& w = quote_leaf_[v];
+      if (w == UINT32_MAX) continue;
+      const uint16_t t = V(VertexId(v)).type.value;
+      w = t < index_.size() && w < index_[t].leaf_node.size() ? index_[t].leaf_node[w].value : UINT32_MAX;
+    }
+    for (uint32_t n = 0; n < nodes_.size(); ++n) {
+      NodeState& s = nodes_[n];
+      if (s.leaf == UINT32_MAX || topo_.IsLiveNode(NodeId(n))) continue;
+      s.leaf = UINT32_MAX;
+      TouchAncestors(topo_.node(NodeId(n)).leaf);
+    }
+    index_.resize(topo_.type_count());
+  }
   for (size_t t = 0; t < topo_.type_count(); ++t) {
     auto order = topo_.LeafOrder(TypeId(static_cast<uint16_t>(t)));
     TypeIndex& ix = index_[t];
-    ix.key.assign(order.size(), 0);
+    // With `diff`, the new keys go to a fresh array: the old one is read for
+    // the comparison. One KeyOf call site (a second one made the compiler
+    // stop inlining it into RefreshNode).
+    decltype(ix.key) fresh;
+    auto& key = diff ? fresh : ix.key;
+    key.assign(order.size(), 0);
+    for (uint32_t i = 0; i < order.size(); ++i) {
+      key[i] = KeyOf(order[i]);
+      if (!diff) continue;
+      // New to the index (added, or its old leaf is not its own), or re-keyed.
+      const uint32_t l = nodes_[order[i].value].leaf;
+      if (l >= ix.leaf_node.size() || ix.leaf_node[l] != order[i] || ix.key[l] != key[i]) {
+        TouchAncestors(topo_.node(order[i]).leaf);
+      }
+    }
+    if (diff) ix.key.swap(fresh);
     ix.leaf_node.assign(order.begin(), order.end());
     ix.free_leaf.assign(order.size(), 0);
     for (uint32_t i = 0; i < order.size(); ++i) {
-      ix.key[i] = KeyOf(order[i]);
-      ix.free_leaf[i] = IsFree(nodes_[order[i].value]);
-      nodes_[order[i].value].leaf = i;
+      NodeState& s = nodes_[order[i].value];
+      ix.free_leaf[i] = IsFree(s);
+      s.leaf = i;
       node_cold_[order[i].value].above = V(topo_.node(order[i]).leaf).parent;
     }
     ix.Build();
+  }
+  if (!diff) return;
+  // The winners to their nodes' new leaf positions.
+  for (uint32_t& w : quote_leaf_) {
+    if (w != UINT32_MAX) w = nodes_[w].leaf;
   }
 }
 
