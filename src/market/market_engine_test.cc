@@ -714,7 +714,7 @@ TEST(EngineDecay, TheNextCrossingFollowsTheLastBookChange) {
 }
 
 // A decay whose beta x elapsed time passes 64 bits (issue 12: DecayedBy and the visit's next
-// wake take 64-bit paths when every step fits, the 128-bit ones otherwise). Paid 10^14 a
+// wake take 64-bit paths when every step fits, the 128-bit ones otherwise). Paid 10^14 an
 // hour and beta 10^13 a second: the product leaves 64 bits after about 0.92 s and the
 // decay ends at 10 s. Every half second the floor is the one computed in 128 bits.
 TEST(EngineDecay, ADecayPast64BitsFollowsThe128BitValue) {

@@ -532,7 +532,6 @@ TEST_F(ScenarioTest, Regression_ExhaustionAfterHalfTheTimeRangeIsMissed) {
   Check();
 }
 
-}  // namespace
 // Issue 12: a rebuild of the index after a node is added or removed re-quotes
 // only the vertices whose nodes changed (the node's ancestors) and moves the
 // other vertices' cached winners to their new leaf positions. n2 is added
@@ -571,4 +570,5 @@ TEST_F(ScenarioTest, PriceEventsAfterANodeMovesTheLeafOrder) {
   Check();
 }
 
+}  // namespace
 }  // namespace laissez::market
