@@ -17,36 +17,6 @@
 namespace laissez::cli {
 namespace {
 
-// Writes events to a file as they come, in large blocks. Each line is
-// formatted straight into the block (oplog::WriteEvent; issue 12: no copy and
-// append per line).
-class FileEventSink : public market::EventSink {
- public:
-  explicit FileEventSink(std::FILE* f) : f_(f), buf_(new char[kBlock + oplog::kEventRoom + 1]) {}
-  void OnEvents(std::span<const market::Event> events) override {
-    for (const market::Event& e : events) {
-      if (used_ >= kBlock) Flush();  // Room for one more line and its newline.
-      char* end = oplog::WriteEvent(e, buf_.get() + used_);
-      *end++ = '\n';
-      used_ = static_cast<size_t>(end - buf_.get());
-    }
-  }
-  bool Flush() {
-    bool ok = std::fwrite(buf_.get(), 1, used_, f_) == used_;
-    used_ = 0;
-    ok_ = ok_ && ok;
-    return ok_;
-  }
-  bool ok() const { return ok_; }
-
- private:
-  static constexpr size_t kBlock = 1 << 20;
-  std::FILE* f_;
-  std::unique_ptr<char[]> buf_;
-  size_t used_ = 0;
-  bool ok_ = true;
-};
-
 struct ReplayArgs {
   std::string oplog;
   std::string events_out;
@@ -77,20 +47,21 @@ int RunReplay(const ReplayArgs& a) {
     std::cerr << "replay: --events-out -: stdout is taken by --json\n";
     return 1;
   }
-  FileEventSink sink(events);
+  // The events are formatted and written on a thread of their own (issue 12).
+  oplog::EventFileWriter sink(events);
   oplog::ReplayOptions opts;
   opts.skip_invalid = a.skip_invalid;
   opts.price_events = !a.no_price_events;
   opts.record_rejections = a.verbose;
   oplog::Replayer replayer(opts, &sink);
 
+  // The time includes writing the last events (the writer's drain).
   auto start = std::chrono::steady_clock::now();
   Status st = replayer.ReplayText(text->text(), /*padded=*/true);
   if (st.ok()) st = replayer.Finish();
+  bool wrote = sink.Finish();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  bool wrote = sink.Flush();
   if (events != stdout) wrote = (std::fclose(events) == 0) && wrote;
-  else std::fflush(stdout);
 
   for (const std::string& d : replayer.diagnostics()) std::cerr << "replay: " << d << "\n";
   const oplog::ReplayStats& s = replayer.stats();

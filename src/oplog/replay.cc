@@ -4,6 +4,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/check.h"
+
 namespace laissez::oplog {
 
 using market::MarketEngine;
@@ -132,6 +134,82 @@ void EventLineWriter::OnEvents(std::span<const market::Event> events) {
   for (const market::Event& e : events) {
     AppendEvent(e, &text_);
     text_.push_back('\n');
+  }
+}
+
+namespace {
+constexpr size_t kBlock = 1 << 20;  // Bytes the writer formats before each fwrite.
+}  // namespace
+
+EventFileWriter::EventFileWriter(std::FILE* f, size_t chunk_events)
+    : f_(f), chunk_events_(chunk_events), block_(new char[kBlock + kEventRoom + 1]) {
+  LZ_CHECK(chunk_events_ > 0);
+  filling_.reserve(chunk_events_);
+  thread_ = std::thread([this] { Run(); });
+}
+
+EventFileWriter::~EventFileWriter() { Finish(); }
+
+void EventFileWriter::OnEvents(std::span<const market::Event> events) {
+  filling_.insert(filling_.end(), events.begin(), events.end());
+  if (filling_.size() >= chunk_events_) HandOver();
+}
+
+// Gives the filled chunk to the writer once it has taken the previous one, and goes on with
+// an empty one (the writer's last, its capacity kept).
+void EventFileWriter::HandOver() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return !has_chunk_; });
+  handed_.swap(filling_);
+  has_chunk_ = true;
+  lock.unlock();
+  cv_.notify_all();
+  filling_.clear();
+}
+
+bool EventFileWriter::Finish() {
+  if (!finished_) {
+    finished_ = true;
+    if (!filling_.empty()) HandOver();
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  return ok_;
+}
+
+void EventFileWriter::Run() {
+  std::vector<market::Event> chunk;
+  while (true) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return has_chunk_ || stop_; });
+    if (!has_chunk_) break;  // Stopped with nothing left.
+    chunk.clear();
+    chunk.swap(handed_);  // The caller gets an empty chunk back at its next hand-over.
+    has_chunk_ = false;
+    lock.unlock();
+    cv_.notify_all();
+    Write(chunk);
+  }
+  if (ok_ && used_ > 0) ok_ = std::fwrite(block_.get(), 1, used_, f_) == used_;
+  used_ = 0;
+  ok_ = std::fflush(f_) == 0 && ok_;
+}
+
+void EventFileWriter::Write(const std::vector<market::Event>& chunk) {
+  if (!ok_) return;  // A write failed: the rest is not written (Finish says so).
+  for (const market::Event& e : chunk) {
+    if (used_ >= kBlock) {  // Room for one more line and its newline.
+      ok_ = std::fwrite(block_.get(), 1, used_, f_) == used_;
+      used_ = 0;
+      if (!ok_) return;
+    }
+    char* end = WriteEvent(e, block_.get() + used_);
+    *end++ = '\n';
+    used_ = static_cast<size_t>(end - block_.get());
   }
 }
 

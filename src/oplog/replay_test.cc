@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -303,6 +304,58 @@ TEST(Replay, PaddedFileReplayEqualsUnpadded) {
   ASSERT_TRUE(ra.ReplayText(text, false).ok());
   ASSERT_TRUE(rb.ReplayText(padded.text(), true).ok());
   EXPECT_EQ(a.text(), b.text());
+}
+
+std::string ReadAll(std::FILE* f) {
+  std::string s;
+  std::rewind(f);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  return s;
+}
+
+// The threaded file writer writes the bytes the one-thread line writer builds, whatever the
+// chunk size (1: a hand-over per event; 7: chunks that end inside the engine's batches).
+TEST(Replay, EventFileWriterWritesWhatTheLineWriterBuilds) {
+  RandomLogOptions opts;
+  opts.seed = 5;
+  opts.operations = 800;
+  opts.operator_permille = 100;
+  std::string text = Encode(RunLive(opts, true).log);
+  EventLineWriter lines;
+  Replayer r(ReplayOptions{}, &lines);
+  ASSERT_TRUE(r.ReplayText(text).ok());
+  ASSERT_GT(r.stats().events, 1000u);
+  for (size_t chunk : {size_t{1}, size_t{7}, size_t{16384}}) {
+    std::FILE* f = std::tmpfile();
+    ASSERT_NE(f, nullptr);
+    {
+      EventFileWriter w(f, chunk);
+      Replayer rw(ReplayOptions{}, &w);
+      ASSERT_TRUE(rw.ReplayText(text).ok());
+      EXPECT_TRUE(w.Finish());
+      EXPECT_TRUE(w.Finish());  // The same answer again.
+    }
+    EXPECT_EQ(ReadAll(f), lines.text()) << "chunk " << chunk;
+    std::fclose(f);
+  }
+}
+
+// A write that fails is reported by Finish (here a full device), and the writer stops cleanly.
+TEST(Replay, EventFileWriterReportsAFailedWrite) {
+  std::FILE* f = std::fopen("/dev/full", "wb");
+  if (f == nullptr) GTEST_SKIP() << "no /dev/full here";
+  RandomLogOptions opts;
+  opts.seed = 6;
+  opts.operations = 300;
+  std::string text = Encode(RunLive(opts, true).log);
+  EventFileWriter w(f, 5);
+  Replayer r(ReplayOptions{}, &w);
+  ASSERT_TRUE(r.ReplayText(text).ok());
+  ASSERT_GT(r.stats().events, 0u);
+  EXPECT_FALSE(w.Finish());
+  std::fclose(f);
 }
 
 const char* kSmallLog =
