@@ -25,6 +25,7 @@ struct ReplayArgs {
   bool no_price_events = false;
   bool verbose = false;
   bool json = false;
+  bool one_thread = false;
 };
 
 std::FILE* OpenOut(const std::string& path) {
@@ -47,12 +48,14 @@ int RunReplay(const ReplayArgs& a) {
     std::cerr << "replay: --events-out -: stdout is taken by --json\n";
     return 1;
   }
-  // The events are formatted and written on a thread of their own (issue 12).
-  oplog::EventFileWriter sink(events);
+  // The lines are parsed, and the events formatted and written, on threads of their own
+  // (issue 12): the engine's thread only applies. --one-thread does all on one.
+  oplog::EventFileWriter sink(events, 16384, /*own_thread=*/!a.one_thread);
   oplog::ReplayOptions opts;
   opts.skip_invalid = a.skip_invalid;
   opts.price_events = !a.no_price_events;
   opts.record_rejections = a.verbose;
+  opts.parse_ahead = !a.one_thread;
   oplog::Replayer replayer(opts, &sink);
 
   // The time includes writing the last events (the writer's drain).
@@ -208,6 +211,9 @@ void RegisterOplogCommands(CLI::App& app, int* exit_code) {
                    "Do not emit price_changed events (to compare with an engine run without them)");
   replay->add_flag("--verbose", args->verbose, "List every call the engine rejected on stderr");
   replay->add_flag("--json", args->json, "Print the replay summary as one JSON document on stdout");
+  replay->add_flag("--one-thread", args->one_thread,
+                   "Parse, apply and write on one thread (default: parsing and the event file on threads of "
+                   "their own; the output is the same)");
   replay->callback([args, exit_code] { *exit_code = RunReplay(*args); });
 
   auto ex = std::make_shared<ExplainArgs>();

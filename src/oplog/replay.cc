@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
@@ -56,43 +57,54 @@ Status Replayer::ReplayLine(std::string_view line, uint64_t line_number, bool pa
     ++stats_.blank;
     return Status::Ok();
   }
+  return DecodeAndApply(line, line_number, padded);
+}
+
+Status Replayer::DecodeAndApply(std::string_view line, uint64_t line_number, bool padded) {
   DecodeOptions dopts{&engine_->topology()};
   Result<LogRecord> rec = padded ? decoder_.DecodeRecordPadded(line, dopts) : decoder_.DecodeRecord(line, dopts);
-  if (!rec.ok()) {
-    std::string msg = LinePrefix(line_number) + rec.status().message();
-    if (options_.skip_invalid) {
-      ++stats_.invalid;
-      diagnostics_.push_back("skipped invalid " + msg);
-      return Status::Ok();
-    }
-    return InvalidArgument(msg);
+  if (!rec.ok()) return Invalid(rec.status(), line_number);
+  return ApplyRecord(*rec, line_number);
+}
+
+Status Replayer::Invalid(const Status& status, uint64_t line_number) {
+  std::string msg = LinePrefix(line_number) + status.message();
+  if (options_.skip_invalid) {
+    ++stats_.invalid;
+    diagnostics_.push_back("skipped invalid " + msg);
+    return Status::Ok();
   }
-  if (rec->op.time > options_.stop_at) {
+  return InvalidArgument(msg);
+}
+
+Status Replayer::ApplyRecord(const LogRecord& rec, uint64_t line_number) {
+  if (rec.op.time > options_.stop_at) {
     done_ = true;
     stats_.stopped_at = true;
     return Status::Ok();
   }
-  market::ApplyResult result = market::Apply(*engine_, rec->op);
+  market::ApplyResult result = market::Apply(*engine_, rec.op);
   ++stats_.operations;
   if (!result.status.ok()) {
     ++stats_.rejected;
     if (options_.record_rejections) {
-      diagnostics_.push_back(LinePrefix(line_number) + "rejected " + std::string(market::OpName(rec->op.body)) + ": " +
+      diagnostics_.push_back(LinePrefix(line_number) + "rejected " + std::string(market::OpName(rec.op.body)) + ": " +
                              result.status.ToString());
     }
   }
-  if (rec->created_id != kNoId && rec->created_id != result.created_id) {
+  if (rec.created_id != kNoId && rec.created_id != result.created_id) {
     std::string got = result.created_id == kNoId ? std::string("nothing (the call was rejected: ") +
                                                        result.status.ToString() + ")"
                                                  : std::to_string(result.created_id);
-    return FailedPrecondition(LinePrefix(line_number) + "id: the log says " + std::to_string(rec->created_id) +
+    return FailedPrecondition(LinePrefix(line_number) + "id: the log says " + std::to_string(rec.created_id) +
                               " but replay assigned " + got + " (the log does not match this engine)");
   }
-  if (observer_) observer_(line_number, *rec, result);
+  if (observer_) observer_(line_number, rec, result);
   return Status::Ok();
 }
 
 Status Replayer::ReplayText(std::string_view text, bool padded) {
+  if (options_.parse_ahead) return ReplayTextAhead(text, padded);
   const char* p = text.data();
   const char* end = text.data() + text.size();
   uint64_t line_number = 0;
@@ -104,6 +116,158 @@ Status Replayer::ReplayText(std::string_view text, bool padded) {
     // the padding, so in-place parsing stays within readable memory.
     LZ_RETURN_IF_ERROR(ReplayLine(std::string_view(p, static_cast<size_t>(line_end - p)), line_number, padded));
     p = nl == nullptr ? end : nl + 1;
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- parsing ahead
+
+// A line as the parsing thread left it.
+struct Replayer::Parsed {
+  enum Kind : uint8_t {
+    kBlank,   // Blank or a comment.
+    kRecord,  // Decoded: `rec`.
+    kAgain,   // Not decoded without the engine's topology (a name, or an invalid line):
+              // decoded again on the engine's thread, as ReplayLine would.
+  };
+  std::string_view line;
+  uint64_t line_number = 0;
+  Kind kind = kBlank;
+  LogRecord rec;
+};
+
+// Chunks of parsed lines from the parsing thread to the engine's, at most kDepth waiting;
+// emptied chunks go back to be refilled (their records' storage kept).
+class Replayer::AheadQueue {
+ public:
+  static constexpr size_t kChunkLines = 1024;
+  static constexpr size_t kDepth = 4;
+
+  // The parsing thread's: false once the engine's thread has stopped taking chunks.
+  bool Push(std::vector<Parsed>* chunk) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return full_.size() < kDepth || cancelled_; });
+    if (cancelled_) return false;
+    full_.push_back(std::move(*chunk));
+    lock.unlock();
+    cv_.notify_all();
+    return true;
+  }
+  // The parsing thread's: an emptied chunk to refill, or a new one.
+  std::vector<Parsed> Recycled() {
+    std::lock_guard lock(mu_);
+    if (empty_.empty()) return {};
+    std::vector<Parsed> chunk = std::move(empty_.back());
+    empty_.pop_back();
+    return chunk;
+  }
+  void Close() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+  // The engine thread's: false when the log has ended.
+  bool Pop(std::vector<Parsed>* chunk) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return !full_.empty() || closed_; });
+    if (full_.empty()) return false;
+    *chunk = std::move(full_.front());
+    full_.pop_front();
+    lock.unlock();
+    cv_.notify_all();
+    return true;
+  }
+  void GiveBack(std::vector<Parsed>* chunk) {
+    std::lock_guard lock(mu_);
+    empty_.push_back(std::move(*chunk));
+  }
+  void Cancel() {
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<Parsed>> full_;
+  std::vector<std::vector<Parsed>> empty_;
+  bool closed_ = false;
+  bool cancelled_ = false;
+};
+
+// The parsing thread: every line of `text` in order, decoded without a topology (a record
+// whose ids are numbers decodes to the same record with one or without).
+void Replayer::ParseAhead(std::string_view text, bool padded, AheadQueue* queue) {
+  Decoder decoder;
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  uint64_t line_number = 0;
+  std::vector<Parsed> chunk = queue->Recycled();
+  size_t used = 0;
+  while (p < end) {
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    const char* line_end = nl == nullptr ? end : nl;
+    if (used == chunk.size()) chunk.emplace_back();
+    Parsed& out = chunk[used++];
+    out.line = std::string_view(p, static_cast<size_t>(line_end - p));
+    out.line_number = ++line_number;
+    if (IsBlankOrComment(out.line)) {
+      out.kind = Parsed::kBlank;
+    } else {
+      Result<LogRecord> rec = padded ? decoder.DecodeRecordPadded(out.line) : decoder.DecodeRecord(out.line);
+      out.kind = rec.ok() ? Parsed::kRecord : Parsed::kAgain;
+      if (rec.ok()) out.rec = std::move(*rec);
+    }
+    p = nl == nullptr ? end : nl + 1;
+    if (used == AheadQueue::kChunkLines || p >= end) {
+      chunk.resize(used);
+      if (!queue->Push(&chunk)) return;
+      chunk = queue->Recycled();
+      used = 0;
+    }
+  }
+}
+
+Status Replayer::ReplayTextAhead(std::string_view text, bool padded) {
+  AheadQueue queue;
+  std::thread parser([&] {
+    ParseAhead(text, padded, &queue);
+    queue.Close();
+  });
+  // However this ends (an error, stop_at, an exception), the parser is stopped and joined.
+  struct Join {
+    AheadQueue& q;
+    std::thread& t;
+    ~Join() {
+      q.Cancel();
+      t.join();
+    }
+  } join{queue, parser};
+  std::vector<Parsed> chunk;
+  while (!done_ && queue.Pop(&chunk)) {
+    for (Parsed& line : chunk) {
+      if (done_) break;  // As ReplayLine: nothing after stop_at's first later line.
+      ++stats_.lines;
+      Status st;
+      switch (line.kind) {
+        case Parsed::kBlank:
+          ++stats_.blank;
+          break;
+        case Parsed::kRecord:
+          st = ApplyRecord(line.rec, line.line_number);
+          break;
+        case Parsed::kAgain:
+          st = DecodeAndApply(line.line, line.line_number, padded);
+          break;
+      }
+      LZ_RETURN_IF_ERROR(st);
+    }
+    queue.GiveBack(&chunk);
   }
   return Status::Ok();
 }
@@ -141,9 +305,10 @@ namespace {
 constexpr size_t kBlock = 1 << 20;  // Bytes the writer formats before each fwrite.
 }  // namespace
 
-EventFileWriter::EventFileWriter(std::FILE* f, size_t chunk_events)
+EventFileWriter::EventFileWriter(std::FILE* f, size_t chunk_events, bool own_thread)
     : f_(f), chunk_events_(chunk_events), block_(new char[kBlock + kEventRoom + 1]) {
   LZ_CHECK(chunk_events_ > 0);
+  if (!own_thread) return;
   filling_.reserve(chunk_events_);
   thread_ = std::thread([this] { Run(); });
 }
@@ -151,6 +316,7 @@ EventFileWriter::EventFileWriter(std::FILE* f, size_t chunk_events)
 EventFileWriter::~EventFileWriter() { Finish(); }
 
 void EventFileWriter::OnEvents(std::span<const market::Event> events) {
+  if (!thread_.joinable()) return Write(events);
   filling_.insert(filling_.end(), events.begin(), events.end());
   if (filling_.size() >= chunk_events_) HandOver();
 }
@@ -168,7 +334,10 @@ void EventFileWriter::HandOver() {
 }
 
 bool EventFileWriter::Finish() {
-  if (!finished_) {
+  if (!finished_ && !thread_.joinable()) {
+    finished_ = true;
+    WriteRest();
+  } else if (!finished_) {
     finished_ = true;
     if (!filling_.empty()) HandOver();
     {
@@ -194,14 +363,18 @@ void EventFileWriter::Run() {
     cv_.notify_all();
     Write(chunk);
   }
+  WriteRest();
+}
+
+void EventFileWriter::WriteRest() {
   if (ok_ && used_ > 0) ok_ = std::fwrite(block_.get(), 1, used_, f_) == used_;
   used_ = 0;
   ok_ = std::fflush(f_) == 0 && ok_;
 }
 
-void EventFileWriter::Write(const std::vector<market::Event>& chunk) {
+void EventFileWriter::Write(std::span<const market::Event> events) {
   if (!ok_) return;  // A write failed: the rest is not written (Finish says so).
-  for (const market::Event& e : chunk) {
+  for (const market::Event& e : events) {
     if (used_ >= kBlock) {  // Room for one more line and its newline.
       ok_ = std::fwrite(block_.get(), 1, used_, f_) == used_;
       used_ = 0;

@@ -37,6 +37,9 @@ struct ReplayOptions {
   // Apply only operations with t <= stop_at; the first later line ends the
   // replay (explain --at). The engine is then advanced to stop_at.
   Micros stop_at = kNever;
+  // ReplayText parses the lines on a thread of its own, ahead of the engine's (issue 12);
+  // everything else (events, state, diagnostics, errors) is as without it.
+  bool parse_ahead = false;
 };
 
 struct ReplayStats {
@@ -83,6 +86,13 @@ class Replayer {
 
  private:
   class CountingSink;
+  struct Parsed;
+  class AheadQueue;
+  Status DecodeAndApply(std::string_view line, uint64_t line_number, bool padded);
+  Status Invalid(const Status& status, uint64_t line_number);
+  Status ApplyRecord(const LogRecord& rec, uint64_t line_number);
+  Status ReplayTextAhead(std::string_view text, bool padded);
+  static void ParseAhead(std::string_view text, bool padded, AheadQueue* queue);
   ReplayOptions options_;
   std::unique_ptr<CountingSink> counting_;
   std::unique_ptr<market::MarketEngine> engine_;
@@ -120,7 +130,9 @@ class EventLineWriter : public market::EventSink {
 class EventFileWriter : public market::EventSink {
  public:
   // `f` (not owned) stays open until Finish. `chunk_events`: events per hand-over (> 0).
-  explicit EventFileWriter(std::FILE* f, size_t chunk_events = 16384);
+  // Without `own_thread` the events are formatted and written on the caller's thread, as
+  // they come (for profiling, and to compare).
+  explicit EventFileWriter(std::FILE* f, size_t chunk_events = 16384, bool own_thread = true);
   ~EventFileWriter() override;  // Finishes if Finish was not called.
   EventFileWriter(const EventFileWriter&) = delete;
   EventFileWriter& operator=(const EventFileWriter&) = delete;
@@ -133,7 +145,8 @@ class EventFileWriter : public market::EventSink {
  private:
   void HandOver();
   void Run();
-  void Write(const std::vector<market::Event>& chunk);
+  void Write(std::span<const market::Event> events);
+  void WriteRest();
 
   std::FILE* f_;
   size_t chunk_events_;
@@ -144,7 +157,7 @@ class EventFileWriter : public market::EventSink {
   bool has_chunk_ = false;             // Guarded by mu_.
   bool stop_ = false;                  // Guarded by mu_.
   bool finished_ = false;              // The caller's.
-  // The writer thread's until it is joined.
+  // The writer thread's until it is joined (the caller's without a thread of its own).
   std::unique_ptr<char[]> block_;
   size_t used_ = 0;
   bool ok_ = true;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -327,11 +328,11 @@ TEST(Replay, EventFileWriterWritesWhatTheLineWriterBuilds) {
   Replayer r(ReplayOptions{}, &lines);
   ASSERT_TRUE(r.ReplayText(text).ok());
   ASSERT_GT(r.stats().events, 1000u);
-  for (size_t chunk : {size_t{1}, size_t{7}, size_t{16384}}) {
+  for (size_t chunk : {size_t{0}, size_t{1}, size_t{7}, size_t{16384}}) {  // 0: no thread of its own.
     std::FILE* f = std::tmpfile();
     ASSERT_NE(f, nullptr);
     {
-      EventFileWriter w(f, chunk);
+      EventFileWriter w(f, std::max<size_t>(chunk, 1), /*own_thread=*/chunk > 0);
       Replayer rw(ReplayOptions{}, &w);
       ASSERT_TRUE(rw.ReplayText(text).ok());
       EXPECT_TRUE(w.Finish());
@@ -344,18 +345,22 @@ TEST(Replay, EventFileWriterWritesWhatTheLineWriterBuilds) {
 
 // A write that fails is reported by Finish (here a full device), and the writer stops cleanly.
 TEST(Replay, EventFileWriterReportsAFailedWrite) {
-  std::FILE* f = std::fopen("/dev/full", "wb");
-  if (f == nullptr) GTEST_SKIP() << "no /dev/full here";
   RandomLogOptions opts;
   opts.seed = 6;
   opts.operations = 300;
   std::string text = Encode(RunLive(opts, true).log);
-  EventFileWriter w(f, 5);
-  Replayer r(ReplayOptions{}, &w);
-  ASSERT_TRUE(r.ReplayText(text).ok());
-  ASSERT_GT(r.stats().events, 0u);
-  EXPECT_FALSE(w.Finish());
-  std::fclose(f);
+  for (bool own_thread : {true, false}) {
+    std::FILE* f = std::fopen("/dev/full", "wb");
+    if (f == nullptr) GTEST_SKIP() << "no /dev/full here";
+    {
+      EventFileWriter w(f, 5, own_thread);
+      Replayer r(ReplayOptions{}, &w);
+      ASSERT_TRUE(r.ReplayText(text).ok());
+      ASSERT_GT(r.stats().events, 0u);
+      EXPECT_FALSE(w.Finish()) << own_thread;
+    }
+    std::fclose(f);
+  }
 }
 
 const char* kSmallLog =
@@ -447,6 +452,92 @@ TEST(Replay, StopAtEndsBeforeLaterLinesAndAdvances) {
   ASSERT_TRUE(node.ok());
   EXPECT_EQ(node->holder, TenantId(0));
   EXPECT_EQ(node->status, NodeStatus::kContested);
+}
+
+// Everything a replay gives, for comparing two ways of running it.
+struct ReplayOutcome {
+  std::string status, events, state, diagnostics;
+  uint64_t lines = 0, operations = 0, rejected = 0, invalid = 0, blank = 0, event_count = 0;
+  bool stopped_at = false;
+  bool operator==(const ReplayOutcome&) const = default;
+};
+
+ReplayOutcome ReplayWith(const std::string& text, ReplayOptions ro, bool padded) {
+  PaddedText buf;
+  buf.buffer = text;
+  buf.size = text.size();
+  buf.buffer.append(Decoder::kPadding, '\0');
+  EventLineWriter w;
+  Replayer r(ro, &w);
+  Status st = r.ReplayText(padded ? buf.text() : std::string_view(text), padded);
+  if (st.ok()) st = r.Finish();
+  ReplayOutcome o;
+  o.status = st.ToString();
+  o.events = w.text();
+  o.state = StateJson(r.engine(), r.stats());
+  for (const std::string& d : r.diagnostics()) o.diagnostics += d + "\n";
+  const ReplayStats& s = r.stats();
+  o.lines = s.lines, o.operations = s.operations, o.rejected = s.rejected, o.invalid = s.invalid;
+  o.blank = s.blank, o.event_count = s.events, o.stopped_at = s.stopped_at;
+  return o;
+}
+
+// Parsing on a thread of its own changes nothing a replay gives: events, state, counts,
+// diagnostics and the first error, over chunk boundaries (1,024 lines), names (decoded again
+// with the engine's topology), blank and comment lines, invalid lines (stopping or skipped),
+// a recorded id that does not match, and stop_at.
+TEST(Replay, ParsingAheadGivesWhatOneThreadGives) {
+  RandomLogOptions opts;
+  opts.seed = 7;
+  opts.operations = 3000;
+  opts.bad_permille = 50;
+  const std::string random = Encode(RunLive(opts, true).log);
+  std::string named = kSmallLog;
+  for (int i = 0; i < 1500; ++i) {
+    named += R"({"v":1,"t":)" + std::to_string(400'000'000 + i * 1'000'000) + R"(,"op":"advance"})" "\n";
+  }
+  named += R"({"v":1,"t":2000000000,"op":"place_order","id":2,"tenant":0,"scope":"n-0","price":4000000})" "\n";
+  named += "# a comment late in the log\n\n";
+  named += R"({"v":1,"t":2100000000,"op":"advance"})" "\n";
+  std::string invalid = named;
+  invalid.insert(invalid.find(R"({"v":1,"t":2000000000)"), R"({"v":1,"t":1950000000,"op":"place_order","tenant":0,"scope":"n-9","price":1})" "\n");
+  std::string bad_id = named;
+  bad_id.replace(bad_id.find(R"("id":2,"tenant":0)"), 6, R"("id":9)");
+  std::string unnamed = random;
+  unnamed.insert(unnamed.find('\n', unnamed.size() / 2) + 1, "{\"v\":1,\"t\":not json\n");
+
+  ReplayOptions plain;
+  plain.record_rejections = true;
+  ReplayOptions skip = plain;
+  skip.skip_invalid = true;
+  ReplayOptions stop = plain;
+  stop.stop_at = 1'200'000'000;
+  ReplayOptions stop_random = plain;
+  stop_random.stop_at = RunLive(opts, true).log[1700].op.time;
+  const std::vector<std::pair<std::string, ReplayOptions>> cases = {
+      {random, plain}, {random, stop_random}, {named, plain},   {named, stop},      {invalid, plain},
+      {invalid, skip}, {bad_id, plain},       {unnamed, plain}, {unnamed, skip},   {std::string(), plain}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (bool padded : {false, true}) {
+      ReplayOptions ahead = cases[c].second;
+      ahead.parse_ahead = true;
+      ReplayOutcome one = ReplayWith(cases[c].first, cases[c].second, padded);
+      ReplayOutcome two = ReplayWith(cases[c].first, ahead, padded);
+      EXPECT_TRUE(one == two) << "case " << c << (padded ? " padded" : "") << ": " << one.status << " / "
+                              << two.status << "; lines " << one.lines << " / " << two.lines << "; diagnostics\n"
+                              << one.diagnostics << "/\n"
+                              << two.diagnostics;
+    }
+  }
+  // The cases reach what they are for.
+  ReplayOutcome o = ReplayWith(invalid, plain, false);
+  EXPECT_NE(o.status.find("no vertex named \"n-9\""), std::string::npos) << o.status;
+  EXPECT_EQ(ReplayWith(invalid, skip, false).invalid, 1u);
+  EXPECT_NE(ReplayWith(bad_id, plain, false).status.find("the log says 9"), std::string::npos);
+  EXPECT_NE(ReplayWith(unnamed, plain, false).status.find("line "), std::string::npos);
+  EXPECT_TRUE(ReplayWith(named, stop, false).stopped_at);
+  EXPECT_TRUE(ReplayWith(random, stop_random, false).stopped_at);
+  EXPECT_GT(ReplayWith(named, plain, false).lines, 1500u);
 }
 
 }  // namespace
