@@ -67,9 +67,10 @@ void BM_DecodeOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeOnly)->Args({256, 64})->Unit(benchmark::kMillisecond);
 
-// What `laissez replay` does: read the file, parse in place, apply to a fresh
-// engine with price events on, encode every event as a JSON line.
-void BM_ReplayFile(benchmark::State& state) {
+// What `laissez replay` does: read the file, parse it (in place, on a thread of its own
+// unless `one_thread`), apply to a fresh engine with price events on, and format every event
+// as a JSON line into /dev/null (on a thread of its own unless `one_thread`).
+void ReplayFile(benchmark::State& state, bool one_thread) {
   const MixedLog& log = Log(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 200'000);
   std::string path = "/tmp/laissez_replay_bench_" + std::to_string(state.range(0)) + ".oplog";
   if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
@@ -79,25 +80,33 @@ void BM_ReplayFile(benchmark::State& state) {
   uint64_t events = 0;
   for (auto _ : state) {
     auto text = ReadLogFile(path);
-    if (!text.ok()) {
-      state.SkipWithError(text.status().message().c_str());
+    std::FILE* out = std::fopen("/dev/null", "wb");
+    if (!text.ok() || out == nullptr) {
+      state.SkipWithError(text.ok() ? "cannot open /dev/null" : text.status().message().c_str());
+      if (out != nullptr) std::fclose(out);
       return;
     }
-    EventLineWriter sink;
-    Replayer r(ReplayOptions{}, &sink);
+    EventFileWriter sink(out, 16384, /*own_thread=*/!one_thread);
+    ReplayOptions ro;
+    ro.parse_ahead = !one_thread;
+    Replayer r(ro, &sink);
     Status st = r.ReplayText(text->text(), true);
-    if (!st.ok()) {
-      state.SkipWithError(st.message().c_str());
+    const bool wrote = sink.Finish();
+    std::fclose(out);
+    if (!st.ok() || !wrote) {
+      state.SkipWithError(st.ok() ? "event write failed" : st.message().c_str());
       return;
     }
     events = r.stats().events;
-    benchmark::DoNotOptimize(sink.text().data());
   }
   std::remove(path.c_str());
   state.counters["events"] = static_cast<double>(events);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * log.operations));
 }
-BENCHMARK(BM_ReplayFile)->Args({256, 64})->Unit(benchmark::kMillisecond);
+void BM_ReplayFile(benchmark::State& state) { ReplayFile(state, false); }
+void BM_ReplayFileOneThread(benchmark::State& state) { ReplayFile(state, true); }
+BENCHMARK(BM_ReplayFile)->Args({256, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReplayFileOneThread)->Args({256, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Apply alone (operations already decoded): the engine's share of replay.
 void BM_ApplyOnly(benchmark::State& state) {
