@@ -83,6 +83,32 @@ int LookupKey(std::string_view key) {
   return i >= 0 && kKeyNames[i] == key ? i : -1;
 }
 
+// Each key of at most 8 letters as the word its bytes make in memory (little-endian), zeros
+// after it; for the compact lines' keys (LookupKeyPadded).
+static_assert(std::endian::native == std::endian::little);
+constexpr std::array<uint64_t, kNumKeys> kKeyWord = [] {
+  std::array<uint64_t, kNumKeys> t{};
+  for (int i = 0; i < kNumKeys; ++i) {
+    if (kKeyNames[i].size() > 8) continue;
+    for (size_t j = 0; j < kKeyNames[i].size(); ++j) {
+      t[i] |= uint64_t{static_cast<unsigned char>(kKeyNames[i][j])} << (8 * j);
+    }
+  }
+  return t;
+}();
+
+// LookupKey of the n bytes at `key`, which are followed by at least 8 readable bytes (a
+// padded line): a key of at most 8 letters is compared as one word (issue 12: the name's
+// comparison was most of a lookup).
+int LookupKeyPadded(const char* key, size_t n) {
+  if (n == 0 || n > 8) return LookupKey(std::string_view(key, n));
+  uint64_t w;
+  std::memcpy(&w, key, 8);
+  w &= ~uint64_t{0} >> (64 - 8 * n);
+  const int i = kKeyByHash[KeyHash(std::string_view(key, n))];
+  return i >= 0 && kKeyWord[i] == w && kKeyNames[i].size() == n ? i : -1;
+}
+
 std::string Quoted(std::string_view s) {
   constexpr size_t kMax = 40;
   std::string r(s.substr(0, kMax));
@@ -1302,7 +1328,8 @@ struct Decoder::Impl {
   // Fills `fields` from one JSON object. `data` has `capacity` readable bytes.
   Status Parse(const char* data, size_t len, size_t capacity) {
     while (len > 0 && (data[len - 1] == '\n' || data[len - 1] == '\r')) --len;
-    if (ParseCompact(data, len)) return CheckVersionAndTime();
+    // ParseCompact reads up to 8 bytes from a key's start (the padding).
+    if (capacity >= len + 8 && ParseCompact(data, len)) return CheckVersionAndTime();
     fields.present = 0;
     fields.steps.clear();
     fields.series.clear();
@@ -1360,7 +1387,8 @@ struct Decoder::Impl {
   // general parse below reads into the same slots (a number's text is its
   // token, a string's its content). Anything else, including every line with
   // an error, returns false with `fields` unspecified, and the general parse
-  // reads the line again and gives the reason.
+  // reads the line again and gives the reason. At least 8 bytes after the line
+  // must be readable (its padding).
   bool ParseCompact(const char* p, size_t len) {
     const char* end = p + len;
     if (len < 2 || *p != '{' || end[-1] != '}') return false;
@@ -1373,7 +1401,7 @@ struct Decoder::Impl {
       const char* key = ++p;
       while (p < end && *p != '"') ++p;
       if (end - p < 3 || p[1] != ':') return false;
-      int k = LookupKey(std::string_view(key, static_cast<size_t>(p - key)));
+      int k = LookupKeyPadded(key, static_cast<size_t>(p - key));
       if (k < 0 || (present & Bit(static_cast<Key>(k))) || (Bit(static_cast<Key>(k)) & kPairKeys)) return false;
       present |= Bit(static_cast<Key>(k));
       Slot& slot = fields.slot[k];
