@@ -8,7 +8,9 @@
 // engine rejected it too (and still advanced its time), so replay makes the
 // same call and goes on, counting it.
 //
-// Thread-safety: none; a Replayer and its engine belong to one thread.
+// Thread-safety: none; a Replayer and its engine belong to one thread. (With
+// ReplayOptions::parse_ahead, ReplayText parses on a thread of its own, joined
+// before it returns.)
 #pragma once
 
 #include <condition_variable>
