@@ -273,6 +273,19 @@ std::string SpacedOut(const std::string& line) {
   return out;
 }
 
+// A compact line decodes as the spaced one: the same operation or the same error.
+void ExpectDecodesAsSpaced(const std::string& line) {
+  SCOPED_TRACE(line);
+  auto a = DecodeOperation(line);
+  auto b = DecodeOperation(SpacedOut(line));
+  ASSERT_EQ(a.ok(), b.ok()) << a.status().ToString() << " | " << b.status().ToString();
+  if (a.ok()) {
+    EXPECT_EQ(EncodeOperation(*a), EncodeOperation(*b));
+  } else {
+    EXPECT_EQ(a.status().ToString(), b.status().ToString());
+  }
+}
+
 TEST(OplogCodec, CompactAndSpacedLinesDecodeAlike) {
   for (const Operation& op : EveryOperation()) {
     std::string line = EncodeOperation(op);
@@ -305,16 +318,8 @@ TEST(OplogCodec, CompactAndSpacedLinesDecodeAlike) {
   // the same value or the same error.
   for (std::string_view t_text : {"9000000000000000000", "9223372036854775807", "18446744073709551615",
                                   "18446744073709551616", "99999999999999999999", "00", "-1"}) {
-    std::string line = "{\"v\":1,\"t\":" + std::string(t_text) + ",\"op\":\"create_tenant\",\"name\":\"a\",\"balance\":3}";
-    SCOPED_TRACE(line);
-    auto a = DecodeOperation(line);
-    auto b = DecodeOperation(SpacedOut(line));
-    ASSERT_EQ(a.ok(), b.ok()) << a.status().ToString() << " | " << b.status().ToString();
-    if (a.ok()) {
-      EXPECT_EQ(EncodeOperation(*a), EncodeOperation(*b));
-    } else {
-      EXPECT_EQ(a.status().ToString(), b.status().ToString());
-    }
+    ExpectDecodesAsSpaced("{\"v\":1,\"t\":" + std::string(t_text) +
+                          ",\"op\":\"create_tenant\",\"name\":\"a\",\"balance\":3}");
   }
   auto big = DecodeOperation("{\"v\":1,\"t\":9000000000000000000,\"op\":\"create_tenant\",\"name\":\"a\",\"balance\":3}");
   ASSERT_TRUE(big.ok()) << big.status().ToString();
@@ -325,17 +330,7 @@ TEST(OplogCodec, CompactAndSpacedLinesDecodeAlike) {
 // letter off, and numbers of every length from 1 to 21 digits, decode as the spaced line does
 // (simdjson's), the same value or the same error.
 TEST(OplogCodec, CompactNumbersAndKeysOfEveryLengthDecodeAsSpaced) {
-  auto same = [](const std::string& line) {
-    SCOPED_TRACE(line);
-    auto a = DecodeOperation(line);
-    auto b = DecodeOperation(SpacedOut(line));
-    ASSERT_EQ(a.ok(), b.ok()) << a.status().ToString() << " | " << b.status().ToString();
-    if (a.ok()) {
-      EXPECT_EQ(EncodeOperation(*a), EncodeOperation(*b));
-    } else {
-      EXPECT_EQ(a.status().ToString(), b.status().ToString());
-    }
-  };
+  auto same = ExpectDecodesAsSpaced;
   const std::string digits = "918273645546372819012";
   for (size_t n = 1; n <= digits.size(); ++n) {
     for (const std::string& number : {digits.substr(0, n), std::string(n, '9'), "1" + std::string(n - 1, '0')}) {
