@@ -94,11 +94,9 @@ void MarketEngine::Impl::RecomputeFloorsUnder(const Policy& p) {
       },
       p.spec);
   std::sort(under.begin(), under.end());
-  // The trees' levels once for all (RefreshNodeT): nothing searches them before the end.
   for (uint32_t i : under) {
-    if (nodes_[i].alive) RecomputeFloor(NodeId(i), /*pending=*/true);
+    if (nodes_[i].alive) RecomputeFloor(NodeId(i));
   }
-  RederiveIndex();
 }
 
 void MarketEngine::Impl::RecomputeFloor(NodeId n, bool pending) {
