@@ -570,5 +570,35 @@ TEST_F(ScenarioTest, PriceEventsAfterANodeMovesTheLeafOrder) {
   Check();
 }
 
+// A quote's winner is recorded with the quote (quote_leaf_, which TouchRekeyed's
+// early stop reads; issue 12: EmitPriceChanges quotes a leaf vertex inline). n0
+// wins the rack at 1, then rises to 3 and n1 (2) wins. When n1 rises to 4 the
+// rack must go to 3: a winner left at n0 (3, below n1's 4) would stop the walk
+// at the rack and its rise would go unannounced.
+TEST_F(ScenarioTest, PriceEventsFollowTheWinnerAQuoteRecorded) {
+  EngineOptions opts;
+  opts.price_events = true;
+  Make({}, opts);
+  NodeId n0 = Node("n0", "k0");
+  NodeId n1 = Node("n1", "k0");
+  auto last_event = [&](VertexId v) {
+    Price p = -1;
+    for (const Event& ev : sink_.events) {
+      if (ev.type == EventType::kPriceChanged && ev.vertex == v) p = ev.price;
+    }
+    return p;
+  };
+  const VertexId rack = Vertex("h100x8/eu/z0/w0/k0");
+  Policy(0, StaticFloorSpec{FloorTarget{LocationId(), n0}, 1 * U});
+  Policy(0, StaticFloorSpec{FloorTarget{LocationId(), n1}, 2 * U});
+  EXPECT_EQ(last_event(rack), 1 * U);
+  Policy(0, StaticFloorSpec{FloorTarget{LocationId(), n0}, 3 * U});
+  EXPECT_EQ(last_event(rack), 2 * U);
+  Policy(0, StaticFloorSpec{FloorTarget{LocationId(), n1}, 4 * U});
+  EXPECT_EQ(QuoteAt(rack), 3 * U);
+  EXPECT_EQ(last_event(rack), 3 * U) << EventsToString(sink_.events);
+  Check();
+}
+
 }  // namespace
 }  // namespace laissez::market

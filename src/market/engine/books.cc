@@ -95,7 +95,10 @@ void MarketEngine::Impl::EnsureIndex() {
 }
 
 // Re-keys node n in its type's tree; marks candidates if its obtain price fell.
-void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
+void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) { RefreshNodeT<false>(n, wake); }
+
+template <bool kPending>
+void MarketEngine::Impl::RefreshNodeT(NodeId n, bool wake) {
   // Only a decaying node has a crossing (StartDecay and StopDecay mark the
   // node themselves), so a limit change on a held node leaves the cache alone.
   if (!refreshing_decay_ && nodes_[n.value].decaying) DecayInputsChanged(n);
@@ -118,18 +121,24 @@ void MarketEngine::Impl::RefreshNode(NodeId n, bool wake) {
   unsigned __int128 old_key = ix.key[leaf];
   bool was_held = (old_key >> 63) & 1;
   if (k == old_key) {
-    if (!was_held && ix.free_leaf[leaf] != free_now) ix.SetFree(leaf, free_now);
+    if (!was_held && ix.free_leaf[leaf] != free_now) {
+      if constexpr (kPending) ix.RekeyPending(leaf, k, old_key, /*was_free=*/!free_now, free_now);
+      else ix.SetFree(leaf, free_now);
+    }
     if (wake && MayWake(now_obtain)) WalkCandidates(WalkStart(n), now_obtain);
     return;
   }
   // One held or reserved throughout is not in the free tree.
-  ix.Rekey(leaf, k, old_key, /*was_free=*/!was_held && ix.free_leaf[leaf], free_now);
+  if constexpr (kPending) ix.RekeyPending(leaf, k, old_key, /*was_free=*/!was_held && ix.free_leaf[leaf], free_now);
+  else ix.Rekey(leaf, k, old_key, /*was_free=*/!was_held && ix.free_leaf[leaf], free_now);
   // Any order now reaching n may cross: its price fell, or its holder changed
   // (the old holder's orders become eligible for it).
   // The walk's start (NodeCold's line) is read only when a walk happens.
   if (wake && MayWake(now_obtain)) WalkCandidates(WalkStart(n), now_obtain);
   if (options_.price_events) TouchRekeyed(ix, leaf, topo_.node(n).leaf);
 }
+
+template void MarketEngine::Impl::RefreshNodeT<true>(NodeId n, bool wake);
 
 // Orders at v and its ancestors whose price reaches `price` may now cross.
 void MarketEngine::Impl::WalkCandidates(VertexId from, Price price) {

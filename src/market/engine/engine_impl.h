@@ -1242,6 +1242,35 @@ class MarketEngine::Impl {
         SetFree(leaf, free_now);
       }
     }
+    // Rekey (and SetFree: `k` == `old_key`) with the trees' levels left for
+    // RederivePending (issue 12: a floor change over a row re-keys a run of
+    // leaves that share their ancestors). The leaf's key and membership are
+    // set now, as Rekey sets them; only the levels above wait, so nothing may
+    // search the trees in between (Impl::RefreshNodeT).
+    void RekeyPending(uint32_t leaf, unsigned __int128 k, unsigned __int128 old_key, bool was_free, bool free_now) {
+      if (k != old_key) {
+        key[leaf] = k;
+        pending_all.push_back(leaf);
+      }
+      if (free_now || was_free) {
+        free_leaf[leaf] = free_now;
+        pending_free.push_back(leaf);
+      }
+    }
+    // The levels above the leaves re-keyed by RekeyPending, each ancestor once.
+    void RederivePending() {
+      for (auto [tr, list] : {std::pair{0, &pending_all}, std::pair{1, &pending_free}}) {
+        if (list->empty()) continue;
+        std::sort(list->begin(), list->end());
+        list->erase(std::unique(list->begin(), list->end()), list->end());
+        if (tr == 0) tree.UpdateMany(all_leaves(), list);
+        else free_tree.UpdateMany(free_leaves(), list);
+        list->clear();
+      }
+    }
+    // Leaves whose key (pending_all) or free-tree membership or key
+    // (pending_free) changed since the levels above them were derived.
+    std::vector<uint32_t> pending_all, pending_free;
   };
   unsigned __int128 KeyOf(NodeId n) const {
     const NodeState& s = nodes_[n.value];
@@ -1413,6 +1442,14 @@ class MarketEngine::Impl {
   // holder is unchanged and its obtain price did not fall), so the walk over
   // its ancestors' books is skipped.
   void RefreshNode(NodeId n, bool wake = true);
+  // RefreshNode, with `kPending` the index's trees left for RederiveIndex
+  // (TypeIndex::RekeyPending).
+  template <bool kPending>
+  void RefreshNodeT(NodeId n, bool wake);
+  // The levels of every type's trees above the leaves re-keyed pending.
+  void RederiveIndex() {
+    for (TypeIndex& ix : index_) ix.RederivePending();
+  }
   void AddCandidatesAbove(NodeId n, Price price) { AddCandidatesFrom(topo_.node(n).leaf, price); }
   // The same from vertex v up (v and its ancestors).
   void AddCandidatesFrom(VertexId v, Price price) {
@@ -1650,8 +1687,9 @@ class MarketEngine::Impl {
   Micros NoticedMaintStart(const Policy& p) const;
   Price FloorBesideMaintenance(NodeId n) const;
 
-  void RecomputeFloor(NodeId n);
-  void ApplyFloor(NodeId n, Price f, Micros maint);
+  // `pending`: the index's trees left for RederiveIndex (RefreshNodeT).
+  void RecomputeFloor(NodeId n, bool pending = false);
+  void ApplyFloor(NodeId n, Price f, Micros maint, bool pending = false);
   void RefloorPowerStep(const Policy& p, LocationId row, Price before);
 
   void RecomputeFloorsUnder(const Policy& p);

@@ -99,7 +99,7 @@ void MarketEngine::Impl::RecomputeFloorsUnder(const Policy& p) {
   }
 }
 
-void MarketEngine::Impl::RecomputeFloor(NodeId n) {
+void MarketEngine::Impl::RecomputeFloor(NodeId n, bool pending) {
   NodeState& s = nodes_[n.value];
   if (!s.alive) return;
   // The maximum of the policy floors and the earliest noticed maintenance start on n, in one
@@ -119,16 +119,17 @@ void MarketEngine::Impl::RecomputeFloor(NodeId n) {
     }
     maint = std::min(maint, start);
   });
-  ApplyFloor(n, f, maint);
+  ApplyFloor(n, f, maint, pending);
 }
 
 // Sets live node n's floor and noticed maintenance start, with what follows a change.
-void MarketEngine::Impl::ApplyFloor(NodeId n, Price f, Micros maint) {
+void MarketEngine::Impl::ApplyFloor(NodeId n, Price f, Micros maint, bool pending) {
   NodeState& s = nodes_[n.value];
   if (f == s.base_floor && maint == MaintAt(n)) return;
   s.base_floor = f;
   SetMaintAt(n, maint);
-  RefreshNode(n);
+  if (pending) RefreshNodeT<true>(n, true);
+  else RefreshNode(n);
   if (s.holder.valid()) {
     UpdateRate(n);
     MarkDirty(n);
@@ -152,7 +153,10 @@ void MarketEngine::Impl::ApplyFloor(NodeId n, Price f, Micros maint) {
 // notice phase re-floors its nodes when it begins (its scheduled change, which runs before
 // a power step at the same time; a raised grace that starts it, in SetParams; a node added
 // inside it, at the addition). A node the step takes down from a floor it set (the others
-// decide it), or that sits outside this shape, is walked too.
+// decide it), or that sits outside this shape, is walked too. The row's re-keys leave the
+// index's trees to one re-derivation at the end (RefreshNodeT, RederiveIndex): a row is a
+// run of leaves sharing their ancestors, and nothing here searches the trees (a re-floor
+// reads policies and keys; the candidate walks read books; TouchRekeyed reads leaf keys).
 void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price before) {
   const Price after = p.power_floor;
   std::vector<uint32_t> under;
@@ -166,11 +170,12 @@ void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price
     const bool walk = s.in_maint || s.base_floor < before || (s.base_floor == before && after < before) ||
                       !rack.valid() || topo_.location(rack).parent != row;
     if (walk) {
-      RecomputeFloor(n);
+      RecomputeFloor(n, /*pending=*/true);
     } else {
-      ApplyFloor(n, std::max(s.base_floor, after), kNever);
+      ApplyFloor(n, std::max(s.base_floor, after), kNever, /*pending=*/true);
     }
   }
+  RederiveIndex();
 }
 
 // Next time a policy's floors change by themselves.

@@ -65,7 +65,13 @@ void MarketEngine::Impl::EmitPriceChanges() {
   }
   for (uint32_t v : touched_vertices_) {
     vertex_touched_[v] = 0;
-    Price q = IndexedQuote(VertexId(v), &quote_leaf_[v]);  // The index is current (above).
+    // IndexedQuote, with a leaf vertex's (one leaf: four in five quotes) taken
+    // here without a call (issue 12). The index is current (above).
+    const TypeIndex& ix = index_[V(VertexId(v)).type.value];
+    const auto [lo, hi] = topo_.Range(VertexId(v));
+    const uint32_t leaf = hi == lo + 1 ? lo : RangeBest(ix, lo, hi);
+    quote_leaf_[v] = leaf;
+    const Price q = leaf == UINT32_MAX ? kInfPrice : ix.obtain(leaf);
     if (q != last_quote_[v]) {
       last_quote_[v] = q;
       Event e;

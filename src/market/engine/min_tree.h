@@ -85,6 +85,35 @@ class MinTree {
     }
   }
 
+  // Update for several leaves at once, `leaves` ascending without repeats (it
+  // is used as scratch): each ancestor of the set is re-derived once, level by
+  // level, and one whose least (key, leaf) is unchanged stops its line as in
+  // Update (issue 12: a power step re-floors a row, a run of leaves that share
+  // their ancestors). Every node is then the least of its children, as after
+  // one Update per leaf: the same levels.
+  template <typename Leaves>
+  void UpdateMany(const Leaves& lv, std::vector<uint32_t>* leaves) {
+    std::vector<uint32_t>& js = *leaves;
+    for (uint32_t level = 1; level <= up_.size() && !js.empty(); ++level) {
+      Level& l = up_[level - 1];
+      size_t out = 0;
+      uint32_t last = kNone;
+      for (size_t i = 0; i < js.size(); ++i) {
+        const uint32_t j = js[i] >> kBits;
+        if (j == last) continue;  // A sibling's parent, derived already.
+        last = j;
+        Key k;
+        uint32_t w;
+        Derive(lv, level, j, &k, &w);
+        if (l.win[j] == w && (w == kNone || l.key[j] == k)) continue;
+        l.key[j] = k;
+        l.win[j] = w;
+        js[out++] = j;
+      }
+      js.resize(out);
+    }
+  }
+
   // The same for a present leaf whose key changed (`fell` if it fell), reading
   // less: a fallen key still wins every node it won and wins above while it
   // beats the node's least; a risen one changes only the nodes it won.
@@ -112,9 +141,13 @@ class MinTree {
   }
 
   // The least present leaf in [lo, hi), or kNone: bottom up over the nodes that
-  // cover the range, without recursion.
+  // cover the range, without recursion. A range of one leaf (an index's leaf
+  // vertex, four in five of the stress replay's quotes) or of every leaf (a
+  // type's root) needs no walk (issue 12): the leaf itself, or the root's winner.
   template <typename Leaves>
   uint32_t RangeBest(const Leaves& lv, uint32_t lo, uint32_t hi) const {
+    if (hi == lo + 1) return lv.present(lo) ? lo : kNone;
+    if (lo == 0 && hi == n_) return Root();
     Best best;
     uint32_t level = 0;
     while (lo < hi) {

@@ -106,6 +106,77 @@ TEST(MinTree, MatchesAScanThroughRandomMovesAndMembershipChanges) {
   MatchesAScan<3>();  // The free nodes' tree.
 }
 
+// UpdateMany after several leaves changed at once (a run, as a power step's row,
+// or scattered): every query as after one Update per leaf (issue 12).
+template <uint32_t kBits>
+void UpdateManyMatchesAScan() {
+  std::mt19937_64 rng(23 + kBits);
+  for (uint32_t n : {1u, 4u, 5u, 17u, 64u, 65u, 300u}) {
+    Leaves lv;
+    lv.keys.resize(n);
+    lv.ties.resize(n);
+    lv.in.resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      lv.keys[i] = RandomKey(rng);
+      lv.ties[i] = (i * 7919u + 13u) % 100003u;
+      lv.in[i] = rng() % 4 != 0;
+    }
+    MinTree<kBits> tree;
+    tree.Build(lv, n);
+    for (int step = 0; step < 100; ++step) {
+      std::vector<uint32_t> changed;
+      const uint32_t lo = static_cast<uint32_t>(rng() % n), len = 1 + static_cast<uint32_t>(rng() % 40);
+      for (uint32_t i = lo; i < n && i < lo + len; ++i) {
+        if (step % 2 == 0 || rng() % 4 == 0) changed.push_back(i);  // A run, or scattered.
+      }
+      for (uint32_t i : changed) {
+        lv.keys[i] = RandomKey(rng);
+        if (rng() % 5 == 0) lv.in[i] = !lv.in[i];
+      }
+      tree.UpdateMany(lv, &changed);
+      CheckQueries(tree, lv, n, rng);
+    }
+  }
+}
+
+TEST(MinTree, UpdateManyMatchesAScanAfterRunsAndScatteredChanges) {
+  UpdateManyMatchesAScan<2>();
+  UpdateManyMatchesAScan<3>();
+}
+
+// RangeBest answers a range of one leaf and the range of every leaf without a
+// walk (issue 12): the one leaf only if present, the root's winner after moves.
+TEST(MinTree, OneLeafAndWholeRangesFollowMovesAndMembership) {
+  std::mt19937_64 rng(11);
+  auto none = [](uint32_t) { return false; };
+  for (uint32_t n : {1u, 2u, 5u, 16u, 17u, 100u}) {
+    Leaves lv;
+    lv.keys.resize(n);
+    lv.ties.resize(n);
+    lv.in.resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      lv.keys[i] = RandomKey(rng);
+      lv.ties[i] = n - i;
+      lv.in[i] = rng() % 3 != 0;
+    }
+    MinTree<2> tree;
+    tree.Build(lv, n);
+    for (int step = 0; step < 200; ++step) {
+      uint32_t leaf = static_cast<uint32_t>(rng() % n);
+      if (rng() % 3 == 0) lv.in[leaf] = !lv.in[leaf];
+      lv.keys[leaf] = RandomKey(rng);
+      tree.Update(lv, leaf);
+      for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(tree.RangeBest(lv, i, i + 1), Scan(lv, i, i + 1, none)) << i;
+      }
+      ASSERT_EQ(tree.RangeBest(lv, 0, n), Scan(lv, 0, n, none));
+      if (n > 1) {
+        ASSERT_EQ(tree.RangeBest(lv, 1, n), Scan(lv, 1, n, none));
+      }
+    }
+  }
+}
+
 TEST(MinTree, EmptyTreeAndEmptyRangesFindNothing) {
   Leaves lv;
   MinTree<2> tree;
