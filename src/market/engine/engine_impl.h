@@ -1248,17 +1248,18 @@ class MarketEngine::Impl {
     // set now, as Rekey sets them; only the levels above wait, so nothing may
     // search the trees in between (Impl::RefreshNodeT).
     void RekeyPending(uint32_t leaf, unsigned __int128 k, unsigned __int128 old_key, bool was_free, bool free_now) {
-      if (k != old_key) {
-        key[leaf] = k;
-        pending_all.push_back(leaf);
-      }
-      if (free_now || was_free) {
-        free_leaf[leaf] = free_now;
-        pending_free.push_back(leaf);
-      }
+      // Listed in both before it changes (the free tree reads the key too): a push that fails
+      // to allocate leaves the leaf as it was.
+      const bool rekey = k != old_key;
+      const bool in_free = free_now || was_free;
+      if (rekey) pending_all.push_back(leaf);
+      if (in_free) pending_free.push_back(leaf);
+      if (rekey) key[leaf] = k;
+      if (in_free) free_leaf[leaf] = free_now;
     }
-    // The levels above the leaves re-keyed by RekeyPending, each ancestor once.
-    void RederivePending() {
+    // The levels above the leaves re-keyed by RekeyPending, each ancestor once. Allocates
+    // nothing (it runs while an exception unwinds, RefloorPowerStep).
+    void RederivePending() noexcept {
       for (auto [tr, list] : {std::pair{0, &pending_all}, std::pair{1, &pending_free}}) {
         if (list->empty()) continue;
         std::sort(list->begin(), list->end());
@@ -1447,7 +1448,7 @@ class MarketEngine::Impl {
   template <bool kPending>
   void RefreshNodeT(NodeId n, bool wake);
   // The levels of every type's trees above the leaves re-keyed pending.
-  void RederiveIndex() {
+  void RederiveIndex() noexcept {
     for (TypeIndex& ix : index_) ix.RederivePending();
   }
   void AddCandidatesAbove(NodeId n, Price price) { AddCandidatesFrom(topo_.node(n).leaf, price); }

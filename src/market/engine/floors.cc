@@ -162,6 +162,12 @@ void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price
   std::vector<uint32_t> under;
   ForEachNodeUnder(row, [&](NodeId n) { under.push_back(n.value); });
   std::sort(under.begin(), under.end());
+  // However the loop ends (an allocation in it that fails), the levels above the leaves it
+  // re-keyed are re-derived, so the index stays whole.
+  struct Rederive {
+    Impl* impl;
+    ~Rederive() { impl->RederiveIndex(); }
+  } rederive{this};
   for (uint32_t i : under) {
     const NodeState& s = nodes_[i];
     if (!s.alive) continue;
@@ -175,7 +181,6 @@ void MarketEngine::Impl::RefloorPowerStep(const Policy& p, LocationId row, Price
       ApplyFloor(n, std::max(s.base_floor, after), kNever, /*pending=*/true);
     }
   }
-  RederiveIndex();
 }
 
 // Next time a policy's floors change by themselves.
