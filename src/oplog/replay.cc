@@ -316,6 +316,7 @@ EventFileWriter::EventFileWriter(std::FILE* f, size_t chunk_events, bool own_thr
 EventFileWriter::~EventFileWriter() { Finish(); }
 
 void EventFileWriter::OnEvents(std::span<const market::Event> events) {
+  LZ_CHECK(!finished_);  // Events after Finish would be lost.
   if (!thread_.joinable()) return Write(events);
   filling_.insert(filling_.end(), events.begin(), events.end());
   if (filling_.size() >= chunk_events_) HandOver();
