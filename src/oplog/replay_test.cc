@@ -349,6 +349,26 @@ TEST(Replay, EventFileWriterReportsAFailedWrite) {
   opts.seed = 6;
   opts.operations = 300;
   std::string text = Encode(RunLive(opts, true).log);
+  // Also a run of more than one block (1 MiB): a write fails mid-run and the rest is skipped.
+  opts.operations = 6000;
+  std::string long_text = Encode(RunLive(opts, true).log);
+  {
+    EventLineWriter lines;
+    Replayer r(ReplayOptions{}, &lines);
+    ASSERT_TRUE(r.ReplayText(long_text).ok());
+    ASSERT_GT(lines.text().size(), size_t{2} << 20);
+  }
+  for (const std::string* log : {&text, &long_text}) {
+    std::FILE* f = std::fopen("/dev/full", "wb");
+    if (f == nullptr) GTEST_SKIP() << "no /dev/full here";
+    {
+      EventFileWriter w(f, 4096);
+      Replayer r(ReplayOptions{}, &w);
+      ASSERT_TRUE(r.ReplayText(*log).ok());
+      EXPECT_FALSE(w.Finish());
+    }
+    std::fclose(f);
+  }
   for (bool own_thread : {true, false}) {
     std::FILE* f = std::fopen("/dev/full", "wb");
     if (f == nullptr) GTEST_SKIP() << "no /dev/full here";
@@ -494,7 +514,7 @@ TEST(Replay, ParsingAheadGivesWhatOneThreadGives) {
   const std::string random = Encode(RunLive(opts, true).log);
   std::string named = kSmallLog;
   for (int i = 0; i < 1500; ++i) {
-    named += R"({"v":1,"t":)" + std::to_string(400'000'000 + i * 1'000'000) + R"(,"op":"advance"})" "\n";
+    named += R"({"v":1,"t":)" + std::to_string(int64_t{400'000'000} + int64_t{i} * 1'000'000) + R"(,"op":"advance"})" "\n";
   }
   named += R"({"v":1,"t":2000000000,"op":"place_order","id":2,"tenant":0,"scope":"n-0","price":4000000})" "\n";
   named += "# a comment late in the log\n\n";
@@ -505,6 +525,14 @@ TEST(Replay, ParsingAheadGivesWhatOneThreadGives) {
   bad_id.replace(bad_id.find(R"("id":2,"tenant":0)"), 6, R"("id":9)");
   std::string unnamed = random;
   unnamed.insert(unnamed.find('\n', unnamed.size() / 2) + 1, "{\"v\":1,\"t\":not json\n");
+  // No newline after the last line.
+  std::string unterminated = named.substr(0, named.size() - 1);
+  // An invalid line early in a log of many chunks: the parser is cancelled while it waits for
+  // room in the queue.
+  std::string early = std::string(kSmallLog) + "{\"v\":1,\"t\":not json\n";
+  for (int i = 0; i < 8000; ++i) {
+    early += R"({"v":1,"t":)" + std::to_string(int64_t{400'000'000} + int64_t{i} * 1'000'000) + R"(,"op":"advance"})" "\n";
+  }
 
   ReplayOptions plain;
   plain.record_rejections = true;
@@ -516,7 +544,8 @@ TEST(Replay, ParsingAheadGivesWhatOneThreadGives) {
   stop_random.stop_at = RunLive(opts, true).log[1700].op.time;
   const std::vector<std::pair<std::string, ReplayOptions>> cases = {
       {random, plain}, {random, stop_random}, {named, plain},   {named, stop},      {invalid, plain},
-      {invalid, skip}, {bad_id, plain},       {unnamed, plain}, {unnamed, skip},   {std::string(), plain}};
+      {invalid, skip}, {bad_id, plain},       {unnamed, plain}, {unnamed, skip},   {std::string(), plain},
+      {unterminated, plain}, {early, plain}, {early, skip}};
   for (size_t c = 0; c < cases.size(); ++c) {
     for (bool padded : {false, true}) {
       ReplayOptions ahead = cases[c].second;
@@ -538,6 +567,9 @@ TEST(Replay, ParsingAheadGivesWhatOneThreadGives) {
   EXPECT_TRUE(ReplayWith(named, stop, false).stopped_at);
   EXPECT_TRUE(ReplayWith(random, stop_random, false).stopped_at);
   EXPECT_GT(ReplayWith(named, plain, false).lines, 1500u);
+  EXPECT_EQ(ReplayWith(unterminated, plain, false).lines, ReplayWith(named, plain, false).lines);
+  EXPECT_NE(ReplayWith(early, plain, false).status.find("line 9: "), std::string::npos);
+  EXPECT_EQ(ReplayWith(early, skip, false).lines, 8009u);
 }
 
 }  // namespace
