@@ -121,7 +121,6 @@ class SqliteStore final : public Store {
     for (auto* s : {insert_journal_, upsert_token_, put_meta_, count_commit_}) sqlite3_finalize(s);
     sqlite3_close(db_);
     sqlite3_close(side_db_);
-    if (sidecar_fd_ >= 0) ::close(sidecar_fd_);
   }
 
   Status Init() {
@@ -158,47 +157,17 @@ class SqliteStore final : public Store {
     commits_ = std::strtoull(commits.c_str(), nullptr, 10);
     LZ_ASSIGN_OR_RETURN(last_seq_, LastSeq());
     LZ_ASSIGN_OR_RETURN(auto tokens, LoadTokens());
-    std::string side = SidecarPath(path_);
-    auto sidecar = ReadSidecar(side);
-    if (!sidecar.ok() && sidecar.status().code() != StatusCode::kNotFound) return sidecar.status();
-    if (identity_.empty() && (last_seq_ > 0 || !tokens.empty())) {
-      // A database from before identities: adopt it.
-      if (sidecar.ok()) {
-        return FailedPrecondition("db: " + path_ + " has no identity but " + side +
-                                  " exists; it belongs to another database");
-      }
-      std::string id = NewIdentity();
+    LZ_ASSIGN_OR_RETURN(SidecarVerdict v,
+                        server::CheckSidecar(path_, StoreState{identity_, last_seq_, commits_, last_seq_ > 0 || !tokens.empty()},
+                                             "the database or its write-ahead log (-wal)",
+                                             "the write-ahead log " + path_ + "-wal was lost or damaged"));
+    pending_identity_ = v.pending_identity;
+    if (v.adopt) {
       Batch b;
-      b.identity = id;
-      LZ_RETURN_IF_ERROR(Commit(b));
-      return Status::Ok();
+      b.identity = NewIdentity();
+      return Commit(b);
     }
-    if (identity_.empty()) {
-      // No market yet.
-      if (!sidecar.ok()) return Status::Ok();
-      if (sidecar->commits == 0) {
-        pending_identity_ = sidecar->identity;  // A creation that never committed.
-        return Status::Ok();
-      }
-      return DataLoss("db: " + path_ + " holds no market, but " + side + " says market " + sidecar->identity +
-                      " committed " + std::to_string(sidecar->commits) + " transactions up to journal seq " +
-                      std::to_string(sidecar->seq) +
-                      ": the database or its write-ahead log (-wal) was lost. Restore them from a backup; to start "
-                      "a new market on purpose, move the old database, its sidecar and admin-token file away");
-    }
-    if (!sidecar.ok()) return WriteSidecar(/*create=*/true);  // E.g. a database copied without it.
-    if (sidecar->identity != identity_) {
-      return FailedPrecondition("db: " + path_ + " is market " + identity_ + " but " + side + " belongs to market " +
-                                sidecar->identity + "; the database and its sidecar do not belong together");
-    }
-    if (sidecar->seq > last_seq_ || sidecar->commits > commits_) {
-      return DataLoss("db: " + path_ + " ends at journal seq " + std::to_string(last_seq_) + " after " +
-                      std::to_string(commits_) + " commits, but " + side + " records seq " +
-                      std::to_string(sidecar->seq) + " after " + std::to_string(sidecar->commits) +
-                      " commits: acknowledged changes are missing (the write-ahead log " + path_ +
-                      "-wal was lost or damaged). Refusing to start; restore the database from a backup");
-    }
-    return WriteSidecar(/*create=*/false);
+    return WriteSidecar(v.create);
   }
 
   Result<std::string> Identity() override {
@@ -504,26 +473,8 @@ class SqliteStore final : public Store {
     return out;
   }
 
-  // Rewrites the sidecar in place (one pwrite of a fixed-length line, so a
-  // killed process leaves the old line or the new one). Called with `mu_` held
-  // or before the store is shared.
-  Status WriteSidecar(bool create) {
-    if (identity_.empty()) return Status::Ok();
-    std::string side = SidecarPath(path_);
-    if (sidecar_fd_ < 0) {
-      sidecar_fd_ = ::open(side.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (sidecar_fd_ < 0) return Unavailable("db: cannot open " + side + ": " + std::strerror(errno));
-    }
-    std::string line = FormatSidecar(Sidecar{identity_, last_seq_, commits_});
-    if (::pwrite(sidecar_fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
-      return Unavailable("db: cannot write " + side + ": " + std::strerror(errno));
-    }
-    if (create) {
-      ::fsync(sidecar_fd_);
-      (void)FsyncDir(side);
-    }
-    return Status::Ok();
-  }
+  // Called with `mu_` held or before the store is shared.
+  Status WriteSidecar(bool create) { return sidecar_.Write(Sidecar{identity_, last_seq_, commits_}, create); }
 
   Status WriteBatch(const Batch& batch) {
     if (!batch.identity.empty()) {
@@ -575,7 +526,7 @@ class SqliteStore final : public Store {
   sqlite3_stmt* count_commit_ = nullptr;
   std::string identity_, pending_identity_;
   uint64_t last_seq_ = 0, commits_ = 0;
-  int sidecar_fd_ = -1;
+  SidecarFile sidecar_{path_};
   int wal_pages_ = 0;  // Under mu_ (WalHook runs inside Commit).
   // The second connection, for checkpoints beside the commits (opened on first use).
   std::mutex side_mu_;
@@ -629,6 +580,72 @@ Status CreateSidecar(const std::string& path, const std::string& identity) {
   ::close(fd);
   if (!ok) return Unavailable("db: cannot write " + path);
   return FsyncDir(path);
+}
+
+Result<SidecarVerdict> CheckSidecar(const std::string& db, const StoreState& state, const std::string& lost_files,
+                                    const std::string& lost_tail) {
+  SidecarVerdict v;
+  std::string side = SidecarPath(db);
+  auto sidecar = ReadSidecar(side);
+  if (!sidecar.ok() && sidecar.status().code() != StatusCode::kNotFound) return sidecar.status();
+  if (state.identity.empty() && state.has_data) {
+    // A database from before identities: adopt it.
+    if (sidecar.ok()) {
+      return FailedPrecondition("db: " + db + " has no identity but " + side + " exists; it belongs to another database");
+    }
+    v.adopt = true;
+    return v;
+  }
+  if (state.identity.empty()) {
+    // No market yet.
+    if (!sidecar.ok()) return v;
+    if (sidecar->commits == 0) {
+      v.pending_identity = sidecar->identity;  // A creation that never committed.
+      return v;
+    }
+    return DataLoss("db: " + db + " holds no market, but " + side + " says market " + sidecar->identity +
+                    " committed " + std::to_string(sidecar->commits) + " transactions up to journal seq " +
+                    std::to_string(sidecar->seq) + ": " + lost_files +
+                    " was lost. Restore them from a backup; to start a new market on purpose, move the old database, "
+                    "its sidecar and admin-token file away");
+  }
+  if (!sidecar.ok()) {
+    v.create = true;  // E.g. a database copied without it.
+    return v;
+  }
+  if (sidecar->identity != state.identity) {
+    return FailedPrecondition("db: " + db + " is market " + state.identity + " but " + side + " belongs to market " +
+                              sidecar->identity + "; the database and its sidecar do not belong together");
+  }
+  if (sidecar->seq > state.last_seq || sidecar->commits > state.commits) {
+    return DataLoss("db: " + db + " ends at journal seq " + std::to_string(state.last_seq) + " after " +
+                    std::to_string(state.commits) + " commits, but " + side + " records seq " +
+                    std::to_string(sidecar->seq) + " after " + std::to_string(sidecar->commits) +
+                    " commits: acknowledged changes are missing (" + lost_tail +
+                    "). Refusing to start; restore the database from a backup");
+  }
+  return v;
+}
+
+SidecarFile::~SidecarFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status SidecarFile::Write(const Sidecar& s, bool create) {
+  if (s.identity.empty()) return Status::Ok();
+  if (fd_ < 0) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return Unavailable("db: cannot open " + path_ + ": " + std::strerror(errno));
+  }
+  std::string line = FormatSidecar(s);
+  if (::pwrite(fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
+    return Unavailable("db: cannot write " + path_ + ": " + std::strerror(errno));
+  }
+  if (create) {
+    ::fsync(fd_);
+    (void)FsyncDir(path_);
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {

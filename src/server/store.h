@@ -147,6 +147,47 @@ Status CreateSidecar(const std::string& path, const std::string& identity);
 // 32 random hex digits.
 std::string NewIdentity();
 
+// What a file-backed store (SQLite, the journal file) holds when it opens,
+// for CheckSidecar.
+struct StoreState {
+  std::string identity;   // "" while it holds no market.
+  uint64_t last_seq = 0;  // The last journal seq it holds.
+  uint64_t commits = 0;   // The commits it holds.
+  bool has_data = false;  // Journal records or tokens.
+};
+// What a store does after CheckSidecar.
+struct SidecarVerdict {
+  std::string pending_identity;  // A creation begun (its sidecar written) and never committed.
+  bool adopt = false;            // Data without an identity (before identities): commit a new one.
+  bool create = false;           // No sidecar (e.g. a database copied without it): create it.
+};
+// The checks a file-backed store makes against its sidecar when it opens
+// (OpenSqliteStore): a different identity is FAILED_PRECONDITION, a store
+// behind its sidecar (or without a market the sidecar says it had) is
+// DATA_LOSS. `lost_files` and `lost_tail` name what was lost, in the
+// messages: the files that hold the market ("the database or its
+// write-ahead log (-wal)") and what lost the tail of the journal.
+Result<SidecarVerdict> CheckSidecar(const std::string& db, const StoreState& state, const std::string& lost_files,
+                                    const std::string& lost_tail);
+
+// A store's sidecar, rewritten in place after every commit with one pwrite of
+// a fixed-length line, so a killed process leaves the old line or the new
+// one. Not thread-safe: the committing store serializes its calls.
+class SidecarFile {
+ public:
+  explicit SidecarFile(std::string db) : path_(SidecarPath(db)) {}
+  ~SidecarFile();
+  SidecarFile(const SidecarFile&) = delete;
+  SidecarFile& operator=(const SidecarFile&) = delete;
+  // Writes `s` (nothing while s.identity is empty); `create` fsyncs the file
+  // and its directory.
+  Status Write(const Sidecar& s, bool create);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 std::unique_ptr<Store> NewMemoryStore();
 
 // Opens (creating if needed) a SQLite database in WAL mode with fsync at every
