@@ -198,6 +198,22 @@ std::unique_ptr<Store> NewMemoryStore();
 // SQLite does not checkpoint its write-ahead log inside a commit (as its
 // automatic checkpoint would, every 1,000 pages); Store::AfterCommit does.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+// The journal file (`serve --store journal`; docs/SERVER.md, "The journal
+// file"): the journal, tokens and identity as checksummed frames, one a
+// commit, appended to a file whose space was written ahead of them, with one
+// pwrite and one fdatasync a commit; snapshots in PATH.snapshot. The same
+// sidecar checks as OpenSqliteStore. A SQLite database given as PATH is
+// FAILED_PRECONDITION, naming --store sqlite.
+struct JournalStoreOptions {
+  // Space written with zeros ahead of the log, at least 1 MiB: a new file
+  // gets this much, and the store grows the file by it (on a thread of its
+  // own, after a commit) when less than half is left.
+  uint64_t chunk_bytes = uint64_t{64} << 20;
+};
+Result<std::unique_ptr<Store>> OpenJournalStore(const std::string& path, const JournalStoreOptions& options = {});
+// True if `path` is a journal file (its header), for choosing the store of an existing database.
+bool IsJournalFile(const std::string& path);
+
 // Write-ahead log pages after which Store::AfterCommit checkpoints.
 inline constexpr int kCheckpointPages = 1000;
 // The log's bound: at this length the committing thread waits for the

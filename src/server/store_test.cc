@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #ifdef LAISSEZ_STORE_TEST_ETCD
@@ -61,6 +64,26 @@ struct SqliteFactory {
   static inline int counter = 0;
 };
 
+// The journal file (journal_store.cc), growing by 1 MiB at a time.
+struct JournalFactory {
+  JournalFactory() {
+    path = (std::filesystem::temp_directory_path() /
+            ("laissez_store_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".journal"))
+               .string();
+  }
+  ~JournalFactory() {
+    for (const char* suffix : {"", ".new", ".identity", ".snapshot", ".snapshot.new"}) std::filesystem::remove(path + suffix);
+  }
+  std::unique_ptr<Store> Open() {
+    auto s = OpenJournalStore(path, JournalStoreOptions{uint64_t{1} << 20});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  static constexpr bool kPersistent = true;
+  std::string path;
+  static inline int counter = 0;
+};
+
 template <typename F>
 class StoreTest : public ::testing::Test {
  protected:
@@ -91,7 +114,7 @@ struct EtcdFactory {
 };
 using Factories = ::testing::Types<EtcdFactory>;
 #else
-using Factories = ::testing::Types<MemoryFactory, SqliteFactory>;
+using Factories = ::testing::Types<MemoryFactory, SqliteFactory, JournalFactory>;
 #endif
 TYPED_TEST_SUITE(StoreTest, Factories);
 
@@ -391,6 +414,234 @@ TEST(SqliteStore, UnwritablePathIsAnError) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(s.status().message().find("db:"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- the journal file
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void WriteBytes(const std::string& path, uint64_t at, const std::string& bytes) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+// The offsets of the file's frames (a 4 KiB header, then u32 length, u32
+// checksum, payload), and the end of the last.
+std::vector<uint64_t> FrameStarts(const std::string& bytes) {
+  std::vector<uint64_t> out;
+  uint64_t at = 4096;
+  for (;;) {
+    uint32_t len = 0;
+    if (at + 8 > bytes.size()) break;
+    std::memcpy(&len, bytes.data() + at, 4);
+    out.push_back(at);
+    if (len == 0) break;
+    at += 8 + len;
+  }
+  return out;
+}
+
+// A commit whose write a crash cut short was never acknowledged: its sync had
+// not returned, so the sidecar does not count it either. On open the log ends
+// before it, its bytes are zeroed, and a shorter frame written over them later
+// reads back alone. Any of its pages may have reached the disk, the first or
+// only later ones.
+TEST(JournalFile, AWriteCutShortEndsTheLogAndIsZeroed) {
+  for (const bool header_lost : {false, true}) {
+    SCOPED_TRACE(header_lost ? "only the frame's later bytes reached the disk" : "the frame's end did not");
+    JournalFactory f;
+    std::string sidecar_before;
+    {
+      auto s = f.Open();
+      Batch b = Records(1, 3);
+      b.identity = NewIdentity();
+      ASSERT_TRUE(s->Commit(b).ok());
+      sidecar_before = FileBytes(SidecarPath(f.path));
+      Batch big;
+      for (uint64_t seq = 4; seq <= 5; ++seq) big.journal.push_back({seq, "tenant:t", std::string(3000, 'b')});
+      ASSERT_TRUE(s->Commit(big).ok());
+    }
+    const std::string bytes = FileBytes(f.path);
+    const std::vector<uint64_t> frames = FrameStarts(bytes);
+    ASSERT_EQ(frames.size(), 3u);  // Two frames and the end.
+    const uint64_t torn = frames[1], end = frames[2];
+    if (header_lost) {
+      WriteBytes(f.path, torn, std::string(8, '\0'));
+    } else {
+      WriteBytes(f.path, end - 100, std::string(100, '\0'));
+    }
+    // As the sidecar was before the cut-short commit.
+    WriteBytes(SidecarPath(f.path), 0, sidecar_before);
+    {
+      auto s = f.Open();
+      ASSERT_NE(s, nullptr);
+      EXPECT_EQ(*s->LastSeq(), 3u);
+      EXPECT_EQ(ReadAll(*s).size(), 3u);
+      const std::string mended = FileBytes(f.path);
+      EXPECT_EQ(mended.find_first_not_of('\0', torn), std::string::npos) << "stale bytes after the log";
+      Batch c;
+      c.journal.push_back({4, "tenant:t", "short"});
+      ASSERT_TRUE(s->Commit(c).ok());
+    }
+    auto s = f.Open();
+    ASSERT_NE(s, nullptr);
+    auto all = ReadAll(*s);
+    ASSERT_EQ(all.size(), 4u);
+    EXPECT_EQ(all.back().line, "short");
+    Batch d;
+    d.journal.push_back({5, "tenant:t", "after"});
+    EXPECT_TRUE(s->Commit(d).ok());
+  }
+}
+
+// A journal file that lost acknowledged commits (damaged, truncated or
+// replaced) is refused, as a SQLite database that lost its write-ahead log.
+TEST(JournalFile, LostCommitsAreDataLoss) {
+  JournalFactory f;
+  {
+    auto s = f.Open();
+    Batch b = Records(1, 3);
+    b.identity = NewIdentity();
+    ASSERT_TRUE(s->Commit(b).ok());
+    ASSERT_TRUE(s->Commit(Records(4, 5)).ok());
+  }
+  const std::vector<uint64_t> frames = FrameStarts(FileBytes(f.path));
+  ASSERT_EQ(frames.size(), 3u);
+  WriteBytes(f.path, frames[2] - 1, "!");  // The last frame's checksum fails.
+  auto s = OpenJournalStore(f.path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("journal file"), std::string::npos) << s.status().ToString();
+  // Nothing was zeroed: the damage stays for whoever repairs it.
+  EXPECT_EQ(FrameStarts(FileBytes(f.path)).size(), 3u);
+
+  std::filesystem::remove(f.path);  // The file gone, its sidecar kept.
+  s = OpenJournalStore(f.path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << s.status().ToString();
+}
+
+// The store keeps written space ahead of the log: a commit that finds too
+// little grows the file itself, and AfterCommit has the grower thread do it.
+TEST(JournalFile, TheFileGrowsAheadOfTheLog) {
+  JournalFactory f;
+  constexpr uint64_t kCommits = 600, kPerCommit = 4;  // About 22 MB of records.
+  auto line = [](uint64_t seq) { return std::string(9000, 'g') + std::to_string(seq); };
+  {
+    auto s = f.Open();
+    for (uint64_t c = 0; c < kCommits; ++c) {
+      Batch b;
+      for (uint64_t k = 1; k <= kPerCommit; ++k) b.journal.push_back({c * kPerCommit + k, "tenant:t", line(c * kPerCommit + k)});
+      ASSERT_TRUE(s->Commit(b).ok());
+      // Every other commit without it: commits then find the space themselves.
+      if (c % 2 == 0) {
+        ASSERT_TRUE(s->AfterCommit().ok());
+      }
+    }
+  }
+  EXPECT_GT(std::filesystem::file_size(f.path), kCommits * kPerCommit * 9000);
+  auto s = f.Open();
+  auto all = ReadAll(*s);
+  ASSERT_EQ(all.size(), kCommits * kPerCommit);
+  EXPECT_EQ(all.back().line, line(kCommits * kPerCommit));
+}
+
+// Reads from a seq start at the last mark (every MiB of frames) before it,
+// before and after reopening.
+TEST(JournalFile, ReadsFromASeqSkipToItsMark) {
+  JournalFactory f;
+  constexpr uint64_t kRecords = 2000;  // About 8 MB in 500 frames.
+  {
+    auto s = f.Open();
+    for (uint64_t seq = 1; seq <= kRecords; seq += 4) {
+      Batch b;
+      for (uint64_t k = seq; k < seq + 4; ++k) b.journal.push_back({k, "tenant:t", std::string(4000, 'm') + std::to_string(k)});
+      ASSERT_TRUE(s->Commit(b).ok());
+    }
+  }
+  for (int round = 0; round < 2; ++round) {
+    auto s = f.Open();
+    if (round == 1) {  // Marks made by commits, not by the scan.
+      Batch b;
+      b.journal.push_back({kRecords + 1, "tenant:t", "last"});
+      ASSERT_TRUE(s->Commit(b).ok());
+    }
+    const uint64_t total = kRecords + static_cast<uint64_t>(round);
+    for (uint64_t after : {uint64_t{0}, uint64_t{1}, uint64_t{255}, uint64_t{256}, uint64_t{1001}, total - 1, total}) {
+      auto got = ReadAll(*s, after);
+      ASSERT_EQ(got.size(), total - after) << "after " << after;
+      if (!got.empty()) {
+        EXPECT_EQ(got.front().seq, after + 1);
+      }
+    }
+    for (size_t limit : {size_t{1}, size_t{3}, size_t{700}, size_t{5000}}) {
+      auto recent = *s->RecentJournal(limit);
+      ASSERT_EQ(recent.size(), std::min<uint64_t>(limit, total)) << "limit " << limit;
+      EXPECT_EQ(recent.back().seq, total);
+      EXPECT_EQ(recent.front().seq, total - recent.size() + 1);
+    }
+  }
+}
+
+// Snapshots live in PATH.snapshot, replaced whole by rename.
+TEST(JournalFile, SnapshotsSurviveReopeningAndAreChecked) {
+  JournalFactory f;
+  StoredSnapshot snap;
+  snap.seq = 2;
+  snap.image = "image bytes";
+  {
+    auto s = f.Open();
+    EXPECT_TRUE(s->LoadSnapshot()->empty());
+    ASSERT_TRUE(s->Commit(Records(1, 2)).ok());
+    StoredSnapshot ahead{3, "x"};
+    EXPECT_EQ(s->WriteSnapshot(ahead).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(s->WriteSnapshot(StoredSnapshot{1, "older"}).ok());
+    ASSERT_TRUE(s->WriteSnapshot(snap).ok());
+  }
+  {
+    auto s = f.Open();
+    auto got = s->LoadSnapshot();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->seq, 2u);
+    EXPECT_EQ(got->image, "image bytes");
+  }
+  // A damaged snapshot is done without: the journal is whole.
+  WriteBytes(f.path + ".snapshot", std::filesystem::file_size(f.path + ".snapshot") - 1, "?");
+  auto s = f.Open();
+  auto got = s->LoadSnapshot();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(got->empty());
+  EXPECT_EQ(ReadAll(*s).size(), 2u);
+}
+
+TEST(JournalFile, AnUncommittedCreationIsPending) {
+  JournalFactory f;
+  std::string id = NewIdentity();
+  ASSERT_TRUE(CreateSidecar(SidecarPath(f.path), id).ok());
+  auto s = f.Open();
+  EXPECT_EQ(s->PendingIdentity(), id);
+  EXPECT_EQ(*s->Identity(), "");
+}
+
+TEST(JournalFile, OtherFilesAreRefusedByName) {
+  SqliteFactory sqlite;
+  sqlite.Open().reset();
+  EXPECT_FALSE(IsJournalFile(sqlite.path));
+  auto s = OpenJournalStore(sqlite.path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--store sqlite"), std::string::npos) << s.status().ToString();
+
+  JournalFactory f;
+  f.Open().reset();
+  EXPECT_TRUE(IsJournalFile(f.path));
+  WriteBytes(f.path, 0, "not a journal");
+  s = OpenJournalStore(f.path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("not a laissez journal file"), std::string::npos) << s.status().ToString();
+  EXPECT_EQ(OpenJournalStore("/nonexistent-dir/x/y.journal").status().code(), StatusCode::kUnavailable);
 }
 
 #endif
