@@ -45,9 +45,10 @@ test-asan: deps
 bench: build
 	./$(BUILD)/laissez bench engine --nodes 100000 --ops 2000000
 
-# Crash recovery under load with 100 SIGKILL points (CI runs 3 in `make test`).
+# Crash recovery under load with 100 SIGKILL points for each store (CI runs 3 each in `make test`).
 reliability: build
 	bash tests/reliability/crash_recovery.sh --points 100 --build $(BUILD)
+	bash tests/reliability/crash_recovery.sh --points 100 --store journal --build $(BUILD)
 	/usr/bin/python3 tests/reliability/ha_test.py --build $(BUILD) --kills 100 kill fence members join
 
 # libFuzzer over request decoding and validation (clang++), bounded in time.

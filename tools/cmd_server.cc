@@ -443,10 +443,18 @@ int RunServe(server::ServerOptions o) {
       std::fprintf(stderr, "laissez serve: --db: not used with --etcd (the journal lives in etcd)\n");
       return 2;
     }
+    if (!o.store.empty()) {
+      std::fprintf(stderr, "laissez serve: --store: not used with --etcd (the journal lives in etcd)\n");
+      return 2;
+    }
     return RunReplica(o);
   }
   if (o.db.empty()) {
     std::fprintf(stderr, "laissez serve: --db: required (use :memory: for a throwaway market)\n");
+    return 2;
+  }
+  if (!o.store.empty() && o.db == ":memory:") {
+    std::fprintf(stderr, "laissez serve: --store: not used with --db :memory:\n");
     return 2;
   }
   server::Server s(o);
@@ -1016,12 +1024,17 @@ int RunBenchServer(const BenchFlags& b) {
 void RegisterServerCommands(CLI::App& app, int* exit_code) {
   // serve
   {
-    auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, durable SQLite journal or a replica on etcd, HTTP metrics)");
+    auto* cmd = app.add_subcommand("serve", "Run the control-plane server (gRPC, a durable journal in SQLite or a journal file, or a replica on etcd, HTTP metrics)");
     static server::ServerOptions o;
     static int64_t tick_ms = 1000;
     static int64_t snapshot_ms = 10000;
-    cmd->add_option("--db", o.db, "SQLite database file (created if missing); :memory: for a throwaway market. "
+    cmd->add_option("--db", o.db, "Database file (created if missing); :memory: for a throwaway market. "
                                   "Required unless --etcd");
+    cmd->add_option("--store", o.store,
+                    "What keeps --db: sqlite (SQLite in WAL mode) or journal (a journal file of its own: one write "
+                    "and one sync a commit; docs/SERVER.md, \"The journal file\"). Default: the kind of an "
+                    "existing file, sqlite for a new one")
+        ->check(CLI::IsMember({"sqlite", "journal"}));
     cmd->add_option("--etcd", o.etcd,
                     "Run one replica of a replicated market whose journal lives in etcd: HOST:PORT[,HOST:PORT...] "
                     "(docs/HA.md)");

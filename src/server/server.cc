@@ -1649,7 +1649,17 @@ Status Server::Start() {
   } else if (options_.db.empty()) {
     store_ = NewMemoryStore();
   } else {
-    LZ_ASSIGN_OR_RETURN(store_, OpenSqliteStore(options_.db));
+    const bool journal_file = IsJournalFile(options_.db);
+    if (options_.store == "sqlite" && journal_file) {
+      return FailedPrecondition("store: " + options_.db + " is a journal file: open it with --store journal");
+    }
+    if (options_.store == "journal" || (options_.store.empty() && journal_file)) {
+      LZ_ASSIGN_OR_RETURN(store_, OpenJournalStore(options_.db));
+    } else if (options_.store.empty() || options_.store == "sqlite") {
+      LZ_ASSIGN_OR_RETURN(store_, OpenSqliteStore(options_.db));
+    } else {
+      return InvalidArgument("store: '" + options_.store + "' is not a store (sqlite or journal)");
+    }
   }
   LZ_ASSIGN_OR_RETURN(std::string identity, store_->Identity());
   LZ_ASSIGN_OR_RETURN(uint64_t last_seq, store_->LastSeq());

@@ -34,8 +34,13 @@ class Server;
 namespace laissez::server {
 
 struct ServerOptions {
-  // SQLite database file; "" or ":memory:" uses the in-memory store (tests).
+  // The database file; "" or ":memory:" uses the in-memory store (tests).
   std::string db;
+  // Which store keeps `db`: "sqlite" (SQLite, WAL) or "journal" (the
+  // journal file, OpenJournalStore). "" takes the kind of an existing file,
+  // and SQLite for a new one. A kind that is not the existing file's is
+  // refused by name.
+  std::string store;
   std::string listen = "127.0.0.1:50051";  // gRPC; port 0 picks a free port.
   std::string http;                        // "HOST:PORT" for /healthz and /metrics; "" for none.
   std::string tls_cert, tls_key;           // PEM files; both or neither.

@@ -1692,13 +1692,19 @@ TEST_F(ServerFixture, HttpHealthAndMetrics) {
 // ---------------------------------------------------------------------------
 // Durability: a restart on the same database gives the same market.
 
-TEST_F(ServerFixture, RestartRecoversTheSameStateFromSqlite) {
+// The same with each store that keeps a file: SQLite, and the journal file.
+class RestartTest : public ServerFixture, public ::testing::WithParamInterface<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Stores, RestartTest, ::testing::Values("sqlite", "journal"));
+
+TEST_P(RestartTest, RestartRecoversTheSameState) {
   server_->Shutdown();
-  std::string db = TempPath("restart.db");
-  cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token", db + ".identity"};
+  std::string db = TempPath(std::string("restart-") + GetParam() + ".db");
+  cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token", db + ".identity", db + ".snapshot"};
   auto o = DefaultOptions();
   o.db = db;
+  o.store = GetParam();
   StartServer(o);
+  EXPECT_EQ(IsJournalFile(db), o.store == "journal");
   ASSERT_TRUE(server_->fresh());
   // The admin token file: mode 0600, same token.
   struct stat st {};
@@ -1759,6 +1765,53 @@ TEST_F(ServerFixture, RestartRecoversTheSameStateFromSqlite) {
     EXPECT_EQ(t.hash.size(), 64u);
     EXPECT_NE(t.hash, a_);
   }
+}
+
+// The journal file keeps snapshots beside it (PATH.snapshot): a restart
+// restores the newest and replays only the journal after it. A database's
+// kind is found from its file when --store is not given; the other kind, asked
+// by name, is refused.
+TEST_F(ServerFixture, TheJournalFileRestartsFromASnapshotAndKeepsItsKind) {
+  server_->Shutdown();
+  std::string db = TempPath("snap.journal");
+  cleanup_ = {db, db + ".admin-token", db + ".identity", db + ".snapshot", db + ".snapshot.new"};
+  ServerOptions o = DefaultOptions();
+  o.db = db;
+  o.store = "journal";
+  o.snapshot_every = std::chrono::milliseconds(0);
+  StartServer(o);
+  Populate();
+  ASSERT_TRUE(Place(a_, "n1", 10 * kUnit).ok());
+  auto snap = server_->core().TakeSnapshot();
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  ASSERT_TRUE(server_->store().WriteSnapshot(*snap).ok());
+  ASSERT_TRUE(Place(b_, "h100x8/eu/eu-1a/r1/k2", 7 * kUnit).ok());
+  auto before = OperatorLedger();
+  pb::ListClusterResponse cb;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &cb).ok());
+  server_->Shutdown();
+
+  o.store.clear();  // Found from the file.
+  StartServer(o);
+  EXPECT_EQ(server_->core().restored_seq(), snap->seq);
+  EXPECT_GT(server_->core().replayed(), 0u);
+  pb::ListClusterResponse ca;
+  ASSERT_TRUE(op_stub_->ListCluster(Ctx(op_).get(), pb::ListClusterRequest(), &ca).ok());
+  ASSERT_EQ(ca.nodes_size(), cb.nodes_size());
+  for (int i = 0; i < ca.nodes_size(); ++i) EXPECT_EQ(ca.nodes(i).holder(), cb.nodes(i).holder());
+  auto after = OperatorLedger();
+  EXPECT_EQ(after.deposited(), before.deposited());
+  EXPECT_EQ(after.deposited(), after.tenant_balances() + after.operator_revenue());
+  server_->Shutdown();
+
+  o.store = "sqlite";
+  Server wrong(o);
+  laissez::Status st = wrong.Start();
+  EXPECT_EQ(st.code(), laissez::StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("--store journal"), std::string::npos) << st.ToString();
+  o.store = "journal";
+  StartServer(o);  // Still whole after the refusal.
+  EXPECT_EQ(OperatorLedger().deposited(), before.deposited());
 }
 
 // A snapshot in the SQLite database: a restart restores it and replays only

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Crash recovery: start the server on a fresh SQLite database, drive concurrent
-# load (tenants re-pricing orders, the admin depositing, holders being charged),
-# kill the server with SIGKILL at N random points, restart it each time and
-# check that every acknowledged mutation is present and money is conserved.
+# Crash recovery: start the server on a fresh database (SQLite, or the journal
+# file with --store journal), drive concurrent load (tenants re-pricing
+# orders, the admin depositing, holders being charged), kill the server with
+# SIGKILL at N random points, restart it each time and check that every
+# acknowledged mutation is present and money is conserved.
 #
-# Usage: tests/reliability/crash_recovery.sh [--points N] [--build DIR] [--seed S]
+# Usage: tests/reliability/crash_recovery.sh [--points N] [--build DIR] [--seed S] [--store sqlite|journal]
 # Ends with "crash-recovery: points=N acked=A lost=L"; exits non-zero if L > 0
 # or money is not conserved after any restart.
 set -euo pipefail
@@ -12,12 +13,14 @@ set -euo pipefail
 points=5
 build=build
 seed=$$
+store=sqlite
 while [ $# -gt 0 ]; do
   case "$1" in
     --points) points="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --store) store="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "crash_recovery.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -45,7 +48,7 @@ touch "$work/gen/laissez/__init__.py" "$work/gen/laissez/v1/__init__.py"
 db="$work/market.db"
 start_server() {
   : > "$work/server.log"
-  "$laissez" serve --db "$db" --listen 127.0.0.1:0 --rate-limit 0 --tick-ms 200 \
+  "$laissez" serve --db "$db" --store "$store" --listen 127.0.0.1:0 --rate-limit 0 --tick-ms 200 \
     ${cluster_flag:-} 2>>"$work/server.log" &
   server_pid=$!
   for _ in $(seq 1 200); do
