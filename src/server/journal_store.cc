@@ -17,12 +17,12 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <cstdio>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>

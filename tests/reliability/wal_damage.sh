@@ -5,17 +5,21 @@
 # WAL still holds the commits), damage the WAL, restart, and check that the
 # server refuses to start with a clear error and leaves the admin-token file as
 # it was. An undamaged restart is checked too, so the test cannot pass by
-# refusing everything.
+# refusing everything. With --store journal the same for the journal file
+# (docs/SERVER.md, "The journal file"): the file deleted, its header zeroed,
+# random bytes over its first frames.
 #
-# Usage: tests/reliability/wal_damage.sh [--build DIR]
-# Ends with "wal-damage: cases=N refused=R"; exits non-zero on any failure.
+# Usage: tests/reliability/wal_damage.sh [--build DIR] [--store sqlite|journal]
+# Ends with "wal-damage: store=S cases=N refused=R"; exits non-zero on any failure.
 set -euo pipefail
 
 build=build
+store=sqlite
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --store) store="$2"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "wal_damage.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -23,6 +27,11 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 laissez="$build/laissez"
 [ -x "$laissez" ] || laissez="$root/$build/laissez"
 [ -x "$laissez" ] || { echo "wal_damage.sh: no laissez binary in $build" >&2; exit 2; }
+case "$store" in
+  sqlite) damages="none delete zero-header tail" ;;
+  journal) damages="none delete zero-header frames" ;;
+  *) echo "wal_damage.sh: --store: must be sqlite or journal (got '$store')" >&2; exit 2 ;;
+esac
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/laissez-wal.XXXXXX")"
 server_pid=""
@@ -38,7 +47,7 @@ fail() { echo "wal_damage.sh: $*" >&2; [ -f "$log" ] && sed 's/^/  server: /' "$
 # 1 if it exited (refused to start).
 start_server() {
   : > "$log"
-  "$laissez" serve --db "$db" --listen 127.0.0.1:0 --rate-limit 0 "$@" 2>>"$log" &
+  "$laissez" serve --db "$db" --store "$store" --listen 127.0.0.1:0 --rate-limit 0 "$@" 2>>"$log" &
   server_pid=$!
   for _ in $(seq 1 400); do
     port=$(sed -n 's/.*(gRPC port \([0-9]*\)).*/\1/p' "$log" | head -1)
@@ -61,7 +70,7 @@ kill_server() {
 
 cases=0
 refused=0
-for damage in none delete zero-header tail; do
+for damage in $damages; do
   cases=$((cases + 1))
   dir="$work/$damage"
   mkdir -p "$dir"
@@ -75,12 +84,17 @@ for damage in none delete zero-header tail; do
   done
   cp "$db.admin-token" "$dir/admin-token.before"
   kill_server
-  [ -s "$db-wal" ] || fail "$damage: no WAL after the kill; nothing to damage"
-  case "$damage" in
-    none) ;;
-    delete) rm -f "$db-wal" "$db-shm" ;;
-    zero-header) dd if=/dev/zero of="$db-wal" bs=32 count=1 conv=notrunc status=none ;;
-    tail)
+  if [ "$store" = sqlite ]; then
+    [ -s "$db-wal" ] || fail "$damage: no WAL after the kill; nothing to damage"
+  fi
+  case "$store/$damage" in
+    */none) ;;
+    sqlite/delete) rm -f "$db-wal" "$db-shm" ;;
+    sqlite/zero-header) dd if=/dev/zero of="$db-wal" bs=32 count=1 conv=notrunc status=none ;;
+    journal/delete) rm -f "$db" ;;
+    journal/zero-header) dd if=/dev/zero of="$db" bs=4096 count=1 conv=notrunc status=none ;;
+    journal/frames) dd if=/dev/urandom of="$db" bs=1 seek=4096 count=256 conv=notrunc status=none ;;
+    sqlite/tail)
       size=$(stat -c %s "$db-wal")
       dd if=/dev/urandom of="$db-wal" bs=1 seek=$((size - 4096)) count=4096 conv=notrunc status=none
       ;;
@@ -96,11 +110,12 @@ for damage in none delete zero-header tail; do
     kill_server
   else
     [ "$damage" != none ] || fail "none: the server refused an undamaged database"
-    grep -q "write-ahead log\|was lost" "$log" || fail "$damage: the refusal does not say what was lost"
+    grep -q "write-ahead log\|was lost\|truncated, replaced or damaged\|not a laissez journal file" "$log" ||
+      fail "$damage: the refusal does not say what was lost"
     refused=$((refused + 1))
-    echo "wal-damage: $damage: refused: $(grep -o 'DATA_LOSS.*' "$log" | head -c 160)" >&2
+    echo "wal-damage: $damage: refused: $(grep -o '\(DATA_LOSS\|FAILED_PRECONDITION\).*' "$log" | head -c 160)" >&2
   fi
   cmp -s "$db.admin-token" "$dir/admin-token.before" || fail "$damage: the admin-token file changed"
 done
-echo "wal-damage: cases=$cases refused=$refused"
+echo "wal-damage: store=$store cases=$cases refused=$refused"
 [ "$refused" -eq $((cases - 1)) ]
