@@ -245,13 +245,29 @@ class JournalFileStore final : public Store {
     }
     if (grower_.joinable()) grower_.join();
     if (direct_fd_ >= 0) ::close(direct_fd_);
+    if (grow_fd_ >= 0) ::close(grow_fd_);
     ::close(fd_);
   }
 
   // Scans the file, checks the sidecar, zeroes a cut-short write after the log and makes room.
   Status Open(uint64_t size) {
     size_.store(size);
+    // The grower writes and syncs through descriptors of its own: a sync's
+    // write error is reported once to each open file description, so a
+    // failure of the grower's sync that hit a commit's page is still the
+    // commit's own sync's to report (a shared descriptor would take it).
+    grow_fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (grow_fd_ < 0) return Errno("cannot open", path_);
     direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    struct stat mine {}, grow {}, direct {};
+    if (::fstat(fd_, &mine) != 0 || ::fstat(grow_fd_, &grow) != 0 ||
+        (direct_fd_ >= 0 && ::fstat(direct_fd_, &direct) != 0)) {
+      return Errno("cannot read", path_);
+    }
+    auto same = [&](const struct stat& o) { return o.st_dev == mine.st_dev && o.st_ino == mine.st_ino; };
+    if (!same(grow) || (direct_fd_ >= 0 && !same(direct))) {
+      return Unavailable("db: " + path_ + " was replaced while it was being opened");
+    }
     std::string header;
     if (size < kHeaderBytes || !PreadAll(fd_, 0, kHeaderBytes, &header) ||
         header.compare(0, sizeof kMagic - 1, kMagic) != 0) {
@@ -600,11 +616,11 @@ class JournalFileStore final : public Store {
       }
     }
     if (done < n) {
-      if (Status st = PwriteAll(fd_, zeros + done, n - done, at + done); !st.ok()) {
+      if (Status st = PwriteAll(grow_fd_, zeros + done, n - done, at + done); !st.ok()) {
         return Unavailable("db: cannot grow " + path_ + ": " + st.message());
       }
     }
-    if (::fdatasync(fd_) != 0) return Errno("cannot sync", path_);
+    if (::fdatasync(grow_fd_) != 0) return Errno("cannot sync the space grown in", path_);
     size_.store(at + n);
     return Status::Ok();
   }
@@ -630,6 +646,7 @@ class JournalFileStore final : public Store {
 
   const std::string path_;
   const int fd_;
+  int grow_fd_ = -1;    // The file opened again, for GrowPiece's writes through the cache and its syncs.
   int direct_fd_ = -1;  // The file opened O_DIRECT, for GrowPiece; -1 where the file system refuses it.
   const JournalStoreOptions options_;
   mutable std::mutex mu_;  // The state below, and the commits.
@@ -669,6 +686,10 @@ Result<std::unique_ptr<Store>> OpenJournalStore(const std::string& path, const J
   if (options.chunk_bytes < kZeros) return InvalidArgument("journal: chunk_bytes must be at least 1 MiB");
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
+    // A sidecar that says a market was here: refused before a new file is made.
+    LZ_RETURN_IF_ERROR(CheckSidecar(path, StoreState{}, "the journal file",
+                                    "the journal file was truncated, replaced or damaged")
+                           .status());
     // A new file: its header and first chunk written beside it and renamed in
     // place, so PATH is whole or absent after a crash.
     const std::string tmp = path + ".new";

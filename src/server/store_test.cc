@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -627,8 +628,9 @@ TEST(JournalFile, AFailedGrowthFailsOnlyItsCommit) {
   struct rlimit old {};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
   auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  // Room for one piece of 256 KiB and part of the next: the growth fails part-way.
   struct rlimit cap = old;
-  cap.rlim_cur = std::filesystem::file_size(f.path);
+  cap.rlim_cur = std::filesystem::file_size(f.path) + (300 << 10);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &cap), 0);
   Status st = s->Commit(big);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
@@ -636,12 +638,27 @@ TEST(JournalFile, AFailedGrowthFailsOnlyItsCommit) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("cannot grow " + f.path), std::string::npos) << st.ToString();
   EXPECT_EQ(*s->LastSeq(), 2u);
+  ASSERT_TRUE(s->Commit(Records(3, 3)).ok());  // In the space the store had.
+  big.journal[0].seq = 4;
   ASSERT_TRUE(s->Commit(big).ok());
   s.reset();
   s = f.Open();
   auto all = ReadAll(*s);
-  ASSERT_EQ(all.size(), 3u);
+  ASSERT_EQ(all.size(), 4u);
   EXPECT_EQ(all.back().line.size(), size_t{3} << 20);
+}
+
+// A journal file deleted behind its sidecar is refused, and no new file is made.
+TEST(JournalFile, ADeletedFileIsRefusedWithoutMakingANewOne) {
+  JournalFactory f;
+  Batch b = Records(1, 2);
+  b.identity = NewIdentity();
+  ASSERT_TRUE(f.Open()->Commit(b).ok());
+  std::filesystem::remove(f.path);
+  auto s = OpenJournalStore(f.path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << s.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(f.path));
 }
 
 // Reads run beside commits: each sees a whole prefix of the log.
@@ -649,34 +666,39 @@ TEST(JournalFile, ReadsSeeWholePrefixesWhileCommitsRun) {
   JournalFactory f;
   auto s = f.Open();
   constexpr uint64_t kRecords = 3000;
+  std::atomic<bool> done{false};
+  Status written = Status::Ok();
   std::thread writer([&] {
-    for (uint64_t seq = 1; seq <= kRecords; seq += 3) {
+    for (uint64_t seq = 1; seq <= kRecords && written.ok(); seq += 3) {
       Batch b;
       for (uint64_t k = seq; k < seq + 3; ++k) b.journal.push_back({k, "tenant:t", std::string(700, 'r') + std::to_string(k)});
-      ASSERT_TRUE(s->Commit(b).ok());
-      if (seq % 30 == 1) {
-        ASSERT_TRUE(s->AfterCommit().ok());
-      }
+      written = s->Commit(b);
+      if (written.ok() && seq % 30 == 1) written = s->AfterCommit();
     }
+    done = true;
   });
   uint64_t seen = 0;
   int reads = 0;
-  while (seen < kRecords) {
+  bool last = false;
+  Status read = Status::Ok();
+  while (!last && read.ok()) {
+    last = done;  // One more read after the writer is done.
     uint64_t next = 0;
-    Status st = s->ReadJournal(0, [&](const JournalRecord& r) {
+    read = s->ReadJournal(0, [&](const JournalRecord& r) {
       if (r.seq != next + 1 || r.line != std::string(700, 'r') + std::to_string(r.seq)) {
         return DataLoss("out of order or changed at seq " + std::to_string(r.seq));
       }
       next = r.seq;
       return Status::Ok();
     });
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    ASSERT_GE(next, seen);
-    ASSERT_EQ(next % 3, 0u);  // Whole batches only.
+    if (read.ok() && (next < seen || next % 3 != 0)) read = DataLoss("not a whole prefix: " + std::to_string(next));
     seen = next;
     ++reads;
   }
   writer.join();
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(seen, kRecords);
   EXPECT_GT(reads, 1);
 }
 

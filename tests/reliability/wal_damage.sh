@@ -86,6 +86,9 @@ for damage in $damages; do
   kill_server
   if [ "$store" = sqlite ]; then
     [ -s "$db-wal" ] || fail "$damage: no WAL after the kill; nothing to damage"
+  else
+    # The first frame's length, after the 4 KiB header: not zero once anything was committed.
+    od -An -tx1 -j4096 -N4 "$db" | grep -q '[1-9a-f]' || fail "$damage: no frames after the kill; nothing to damage"
   fi
   case "$store/$damage" in
     */none) ;;
