@@ -705,11 +705,17 @@ TEST_F(SmallRingServer, ResumeAtTheRingsEdgeWorksAndPastItIsOutOfRange) {
   ExpectSameEvents(edge.events(), more, n - 4, more.size() - (n - 4));
 }
 
+// Tests of restarts run on each store that keeps a file: SQLite, and the
+// journal file (`--store journal`).
+class RestartTest : public ServerFixture, public ::testing::WithParamInterface<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Stores, RestartTest, ::testing::Values("sqlite", "journal"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
 // Idempotency keys: a repeat of a committed key returns the original result
 // and applies nothing, also after a restart (the key is journaled with the
 // operation); the same key with other arguments is refused.
-TEST_F(ServerFixture, IdempotencyKeysApplyOnceAndSurviveRestart) {
-  ServerOptions o = RestartOnDisk("idem.db");
+TEST_P(RestartTest, IdempotencyKeysApplyOnceAndSurviveRestart) {
+  ServerOptions o = RestartOnDisk("idem.db", GetParam());
   Populate();
   auto deposit = [&](const std::string& key, int64_t amount, pb::DepositResponse* r) {
     pb::DepositRequest q;
@@ -962,8 +968,8 @@ TEST_F(ServerFixture, EveryNonIdempotentCallTakesAKey) {
 // watcher that saw events before a restart resumes after its last position
 // and gets exactly what an uninterrupted watch from the beginning would have
 // shown after it (same positions, no gap, no duplicate).
-TEST_F(ServerFixture, ResumeFromBeforeARestartContinuesExactly) {
-  ServerOptions o = RestartOnDisk("ring.db");
+TEST_P(RestartTest, ResumeFromBeforeARestartContinuesExactly) {
+  ServerOptions o = RestartOnDisk("ring.db", GetParam());
   Populate();
   std::vector<pb::Event> before;
   pb::WatchRequest from_start;  // Where the first watch started.
@@ -1000,8 +1006,8 @@ TEST_F(ServerFixture, ResumeFromBeforeARestartContinuesExactly) {
 // After a restore the ring starts at the snapshot, but a watch that saw the
 // snapshot's last event missed nothing: it resumes. One that stopped before
 // that event is OUT_OF_RANGE (the events in between were not replayed).
-TEST_F(ServerFixture, ResumeFromTheSnapshotsLastEventAfterARestore) {
-  ServerOptions o = RestartOnDisk("snapring.db");
+TEST_P(RestartTest, ResumeFromTheSnapshotsLastEventAfterARestore) {
+  ServerOptions o = RestartOnDisk("snapring.db", GetParam());
   o.snapshot_every = std::chrono::milliseconds(0);  // Snapshots only when this test takes them.
   server_->Shutdown();
   StartServer(o);
@@ -1035,8 +1041,8 @@ TEST_F(ServerFixture, ResumeFromTheSnapshotsLastEventAfterARestore) {
 
 // With a small ring, a restart keeps only the last records' events: a
 // position older than that is OUT_OF_RANGE, as it would be live.
-TEST_F(ServerFixture, ResumeFromBeforeTheRefilledRingIsOutOfRange) {
-  ServerOptions o = RestartOnDisk("ring2.db");
+TEST_P(RestartTest, ResumeFromBeforeTheRefilledRingIsOutOfRange) {
+  ServerOptions o = RestartOnDisk("ring2.db", GetParam());
   Populate();
   pb::Event first;
   {
@@ -1692,10 +1698,6 @@ TEST_F(ServerFixture, HttpHealthAndMetrics) {
 // ---------------------------------------------------------------------------
 // Durability: a restart on the same database gives the same market.
 
-// The same with each store that keeps a file: SQLite, and the journal file.
-class RestartTest : public ServerFixture, public ::testing::WithParamInterface<const char*> {};
-INSTANTIATE_TEST_SUITE_P(Stores, RestartTest, ::testing::Values("sqlite", "journal"));
-
 TEST_P(RestartTest, RestartRecoversTheSameState) {
   server_->Shutdown();
   std::string db = TempPath(std::string("restart-") + GetParam() + ".db");
@@ -1818,8 +1820,8 @@ TEST_F(ServerFixture, TheJournalFileRestartsFromASnapshotAndKeepsItsKind) {
 // the journal after it, to the same state and the same idempotency keys; the
 // journal itself stays whole. A snapshot that does not load is skipped (the
 // journal is whole), with the same result.
-TEST_F(ServerFixture, RestartFromASnapshotReplaysOnlyTheTail) {
-  ServerOptions o = RestartOnDisk("snap.db");
+TEST_P(RestartTest, RestartFromASnapshotReplaysOnlyTheTail) {
+  ServerOptions o = RestartOnDisk("snap.db", GetParam());
   o.snapshot_every = std::chrono::milliseconds(0);  // Snapshots only when this test takes them.
   server_->Shutdown();
   StartServer(o);
@@ -1877,7 +1879,7 @@ TEST_F(ServerFixture, RestartFromASnapshotReplaysOnlyTheTail) {
 
   // A damaged snapshot: skipped, the whole journal replayed, the same state.
   {
-    auto store = OpenSqliteStore(o.db);
+    auto store = o.store == "journal" ? OpenJournalStore(o.db) : OpenSqliteStore(o.db);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto seq = (*store)->LastSeq();
     ASSERT_TRUE(seq.ok());

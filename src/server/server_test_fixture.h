@@ -60,14 +60,16 @@ class ServerFixture : public ::testing::Test {
     admin_stub_ = pb::AdminService::NewStub(channel_);
   }
 
-  // Replaces the in-memory server with one on a SQLite file (removed at the
-  // end); returns its options, to start it again after a Shutdown.
-  ServerOptions RestartOnDisk(const std::string& name) {
+  // Replaces the in-memory server with one on a file (removed at the end):
+  // SQLite, or `store` (ServerOptions::store); returns its options, to start
+  // it again after a Shutdown.
+  ServerOptions RestartOnDisk(const std::string& name, const std::string& store = "") {
     server_->Shutdown();
-    std::string db = TempPath(name);
-    cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token", db + ".identity"};
+    std::string db = TempPath(store.empty() ? name : store + "-" + name);
+    cleanup_ = {db, db + "-wal", db + "-shm", db + ".admin-token", db + ".identity", db + ".snapshot"};
     ServerOptions o = DefaultOptions();
     o.db = db;
+    o.store = store;
     StartServer(o);
     return o;
   }
