@@ -47,6 +47,9 @@ constexpr uint64_t kMarkBytes = uint64_t{1} << 20;
 constexpr size_t kZeros = size_t{1} << 20;  // The file grows by whole MiB.
 constexpr size_t kPiece = size_t{256} << 10;  // Zeros written and synced at a time (GrowPiece).
 constexpr auto kPiecePause = std::chrono::milliseconds(1);  // The grower's pause between pieces.
+// What the sidecar's messages call this store's file, and what lost its tail (CheckSidecar).
+constexpr char kLostFiles[] = "the journal file";
+constexpr char kLostTail[] = "the journal file was truncated, replaced or damaged";
 
 enum Entry : uint8_t { kJournal = 1, kToken = 2, kIdentity = 3 };
 
@@ -298,7 +301,7 @@ class JournalFileStore final : public Store {
     next_mark_ = marked;
     LZ_ASSIGN_OR_RETURN(SidecarVerdict v,
                         CheckSidecar(path_, StoreState{identity_, last_seq_, commits_, records_ > 0 || !tokens_.empty()},
-                                     "the journal file", "the journal file was truncated, replaced or damaged"));
+                                     kLostFiles, kLostTail));
     pending_identity_ = v.pending_identity;
     // Bytes after the log's end are a write that a crash cut short (any of
     // its pages may have reached the disk, the first or not): nothing of it
@@ -687,8 +690,7 @@ Result<std::unique_ptr<Store>> OpenJournalStore(const std::string& path, const J
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
     // A sidecar that says a market was here: refused before a new file is made.
-    LZ_RETURN_IF_ERROR(CheckSidecar(path, StoreState{}, "the journal file",
-                                    "the journal file was truncated, replaced or damaged")
+    LZ_RETURN_IF_ERROR(CheckSidecar(path, StoreState{}, kLostFiles, kLostTail)
                            .status());
     // A new file: its header and first chunk written beside it and renamed in
     // place, so PATH is whole or absent after a crash.
